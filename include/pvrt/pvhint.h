@@ -1,0 +1,155 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * libpvhint: per-vCPU scheduling hints for user space.
+ *
+ * A handle maps one hint page (see pvhint_abi.h) from one source:
+ *   kvm   the guest kernel's read-only mapping of the host-written steal-time
+ *         records (PVHINT_DEV_PATH, guest-patches/);
+ *   emu   an in-process overcommit emulator that really stops the threads of
+ *         descheduled vCPUs and publishes the same page;
+ *   none  all hints false.
+ * 'auto' (the default) picks kvm when the device exists, else none.
+ *
+ * Queries are inline and read the page with one plain load: no syscall, no
+ * lock. Every answer is a hint and may be stale when used.
+ *
+ * Functions return 0 or a negative errno; a human-readable reason for the
+ * last failure on the calling thread is in pvhint_errmsg(). The library never
+ * prints.
+ */
+#ifndef PVRT_PVHINT_H
+#define PVRT_PVHINT_H
+
+#include <pvrt/export.h>
+#include <pvrt/pvhint_abi.h>
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/rseq.h>
+
+PVRT_BEGIN_DECLS
+
+/*
+ * A handle. The first three members are read by the inline queries and are
+ * stable for the life of the handle; everything else is private.
+ */
+typedef struct pvhint {
+	const struct pvhint_record *rec; /* nr records, in the mapped page */
+	uint32_t nr;			 /* number of vCPU records */
+	uint32_t valid;			 /* PVHINT_VALID_* */
+	struct pvhint_impl *impl;	 /* private */
+} pvhint_t;
+
+struct pvhint_options {
+	const char *source;   /* "auto", "kvm", "emu", "none"; NULL: $PVRT_HINTS, else "auto" */
+	const char *emu;      /* emulator spec (see pvhint_emu_*); NULL: $PVRT_EMU, else defaults */
+	const char *kvm_path; /* page to map for kvm; NULL: $PVRT_HINT_DEV, else PVHINT_DEV_PATH */
+};
+
+/* Open a handle (opts may be NULL: everything from the environment). */
+PVRT_API int pvhint_open(const struct pvhint_options *opts, pvhint_t **out);
+PVRT_API void pvhint_close(pvhint_t *h);
+
+/* The process-wide handle used by the runtime and locks, opened from the environment on first
+ * call (thread-safe). On failure returns the error and leaves *out at a handle of source none. */
+PVRT_API int pvhint_default(pvhint_t **out);
+
+/* Why the last call on this thread failed (a static or thread-local string). */
+PVRT_API const char *pvhint_errmsg(void);
+
+/* The header of the mapped page (source, valid bits, ...). */
+PVRT_API const struct pvhint_header *pvhint_header(const pvhint_t *h);
+/* "kvm", "emu", "bpf" or "none". */
+PVRT_API const char *pvhint_source_name(const pvhint_t *h);
+
+/* ---- queries: one load from the page each ---- */
+
+static inline uint32_t pvhint_nr_vcpus(const pvhint_t *h)
+{
+	return h->nr;
+}
+
+/* Is vCPU v held descheduled by the host though runnable? */
+static inline bool pvhint_vcpu_preempted(const pvhint_t *h, unsigned v)
+{
+	/* Relaxed: a hint; the host (or emulator) writes it concurrently. */
+	return v < h->nr && (__atomic_load_n(&h->rec[v].preempted, __ATOMIC_RELAXED) & PVHINT_PREEMPTED);
+}
+
+/* Is the physical CPU under vCPU v idle, so a wake-up sent there runs at once? */
+static inline bool pvhint_pcpu_idle(const pvhint_t *h, unsigned v)
+{
+	return v < h->nr && __atomic_load_n(&h->rec[v].is_idle, __ATOMIC_RELAXED);
+}
+
+/* Steal time of vCPU v in ns: a consistent read under the record's version counter. */
+PVRT_API uint64_t pvhint_steal(const pvhint_t *h, unsigned v);
+
+/* ---- which vCPU the calling thread is on ---- */
+
+/* The emulated vCPU this thread is attached to, or -1 (private to libpvhint; read inline). */
+PVRT_API extern __thread int pvhint_tls_vcpu;
+
+/* sched_getcpu(), for kernels or glibc tunables without rseq. */
+PVRT_API int pvhint_cpu_slow(void);
+
+/* The CPU the kernel runs this thread on now: rseq's cpu_id (one load), else sched_getcpu(). */
+static inline int pvhint_cpu_now(void)
+{
+#if defined(__x86_64__) || defined(__aarch64__)
+	if (__rseq_size > 0) {
+		const struct rseq *rs =
+			(const struct rseq *)((char *)__builtin_thread_pointer() + __rseq_offset);
+		int cpu = (int)__atomic_load_n(&rs->cpu_id, __ATOMIC_RELAXED);
+		if (cpu >= 0)
+			return cpu;
+	}
+#endif
+	return pvhint_cpu_slow();
+}
+
+/* The vCPU the calling thread runs on: its emulated vCPU when attached to one, else the CPU. */
+static inline int pvhint_self_vcpu(void)
+{
+	int v = pvhint_tls_vcpu;
+	return v >= 0 ? v : pvhint_cpu_now();
+}
+
+/* ---- telling the source what threads do (no-ops unless the source needs it) ---- */
+
+/* The calling thread is about to block (park) / has woken. The emulator treats a vCPU all of
+ * whose attached threads are parked as halted: not preempted, and its pCPU may be idle. */
+PVRT_API void pvhint_thread_park(pvhint_t *h);
+PVRT_API void pvhint_thread_unpark(pvhint_t *h);
+
+/* ---- overcommit emulator (source emu) ----
+ *
+ * Spec: comma-separated key=value, e.g. "vcpus=4,pcpus=2,quantum=3ms".
+ *   vcpus=V       emulated vCPUs (default: CPUs of the affinity mask)
+ *   pcpus=P       emulated physical CPUs (default: vcpus, i.e. no overcommit)
+ *   mode=slice    vCPUs round-robin over the pCPUs, one quantum each (default)
+ *   mode=noisy    each vCPU descheduled 'duty' of every 'period' (noisy neighbour)
+ *   mode=script   nothing happens unless pvhint_emu_deschedule()/resume() say so
+ *   mode=random   flags flip at random every 'period' and no thread is stopped
+ *                 (for tests that hints are only advisory)
+ *   quantum=3ms   host time slice (units ns, us, ms, s)
+ *   duty=0.3      noisy: fraction of each period descheduled
+ *   period=10ms   noisy/random: period
+ *   seed=N        random choices are reproducible
+ * A bad key or value is -EINVAL with pvhint_errmsg() naming it.
+ */
+
+/* Attach the calling thread to emulated vCPU v (-EINVAL if out of range; -ENOTSUP unless emu).
+ * From then on it is stopped whenever v is descheduled. */
+PVRT_API int pvhint_emu_attach(pvhint_t *h, unsigned v);
+/* Attach to vCPU (n++ % vcpus): the placement pvrt-run uses for application threads. */
+PVRT_API int pvhint_emu_attach_next(pvhint_t *h);
+PVRT_API int pvhint_emu_detach(pvhint_t *h);
+/* Scripted: deschedule v now for ns nanoseconds (0: until resumed); resume v now.
+ * Returns once 'preempted' is set (deschedule) or cleared (resume). */
+PVRT_API int pvhint_emu_deschedule(pvhint_t *h, unsigned v, uint64_t ns);
+PVRT_API int pvhint_emu_resume(pvhint_t *h, unsigned v);
+
+PVRT_END_DECLS
+
+#endif /* PVRT_PVHINT_H */

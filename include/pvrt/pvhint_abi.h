@@ -1,0 +1,134 @@
+/* SPDX-License-Identifier: (GPL-2.0 WITH Linux-syscall-note) OR MIT */
+/*
+ * pvhint ABI: the page that carries per-vCPU scheduling hints to user space.
+ *
+ * This header is the single definition of that page. The guest kernel patches
+ * (guest-patches/) carry the same layout in include/uapi/linux/pvhint.h; every
+ * hint source of libpvhint (kvm, emu, bpf, none) publishes exactly this format,
+ * so nothing above libpvhint can tell the sources apart.
+ *
+ * Layout of the mapping (all offsets in bytes, little endian, read-only):
+ *
+ *   0                 struct pvhint_header   (one page: PVHINT_HEADER_SIZE)
+ *   header_size       struct pvhint_record[nr_records], each record_stride bytes
+ *                     (record i describes vCPU i, i.e. the guest's CPU number i)
+ *   ...               zero padding up to a page boundary
+ *
+ * Records keep the exact layout of KVM's struct kvm_steal_time so that the
+ * host's writes land in the mapped page with no copy: the kernel maps the very
+ * pages it registered with MSR_KVM_STEAL_TIME.
+ *
+ * Contract for the kernel (kvm) source
+ * ------------------------------------
+ *  - Device: a misc character device, PVHINT_DEV_PATH ("/dev/pvhint"), whose
+ *    mmap() at offset 0 returns the header page followed by the record pages.
+ *    The total size is header_size + round_up(nr_records * record_stride,
+ *    page size). Mappings are shared and read-only: PROT_WRITE or PROT_EXEC,
+ *    mprotect() to either, mremap() growth and offsets or lengths beyond the
+ *    area fail (EPERM/EINVAL/ENXIO). A reader maps the header page first,
+ *    checks magic and abi_version, then maps the whole area.
+ *  - The header is written once at boot and never changes afterwards, except
+ *    'valid', which may gain bits when the host starts providing a field
+ *    (e.g. after a CPU comes online); readers must tolerate that.
+ *  - Records of possible but offline CPUs are all zero.
+ *  - No kernel pointer or other kernel data appears in the mapping; it reveals
+ *    only this VM's own steal-time data, so any local user may read it.
+ *
+ * Readers must treat every field as a hint: it may be stale by the time it is
+ * used. Correctness must never depend on it.
+ */
+#ifndef PVRT_PVHINT_ABI_H
+#define PVRT_PVHINT_ABI_H
+
+#ifdef __KERNEL__
+#include <linux/types.h>
+typedef __u8 pvhint_u8;
+typedef __u16 pvhint_u16;
+typedef __u32 pvhint_u32;
+typedef __u64 pvhint_u64;
+#else
+#include <stddef.h>
+#include <stdint.h>
+typedef uint8_t pvhint_u8;
+typedef uint16_t pvhint_u16;
+typedef uint32_t pvhint_u32;
+typedef uint64_t pvhint_u64;
+#endif
+
+#define PVHINT_MAGIC	   0x54485650u /* "PVHT" in memory order on little endian */
+#define PVHINT_ABI_VERSION 1u
+#define PVHINT_HEADER_SIZE 4096u  /* records start here; a multiple of every page size */
+#define PVHINT_RECORD_SIZE 64u
+#define PVHINT_DEV_PATH	   "/dev/pvhint"
+
+/* Bits of pvhint_header.valid: which record fields the source maintains. */
+#define PVHINT_VALID_STEAL     (1u << 0) /* steal and version */
+#define PVHINT_VALID_PREEMPTED (1u << 1)
+#define PVHINT_VALID_IS_IDLE   (1u << 2)
+
+/* pvhint_header.source: who produced the page. */
+#define PVHINT_SOURCE_NONE 0u
+#define PVHINT_SOURCE_KVM  1u
+#define PVHINT_SOURCE_EMU  2u
+#define PVHINT_SOURCE_BPF  3u
+
+/* Bits of pvhint_record.preempted (the same values as KVM_VCPU_*). */
+#define PVHINT_PREEMPTED (1u << 0) /* host holds the vCPU descheduled though runnable */
+/* Bit 1 is KVM_VCPU_FLUSH_TLB, guest-kernel internal: readers must ignore it. */
+
+struct pvhint_header {
+	pvhint_u32 magic;	  /* PVHINT_MAGIC */
+	pvhint_u16 abi_version;	  /* PVHINT_ABI_VERSION; readers refuse others */
+	pvhint_u16 source;	  /* PVHINT_SOURCE_* */
+	pvhint_u32 header_size;	  /* byte offset of record 0 (PVHINT_HEADER_SIZE) */
+	pvhint_u32 record_stride; /* bytes between records (PVHINT_RECORD_SIZE) */
+	pvhint_u32 nr_records;	  /* one per possible vCPU */
+	pvhint_u32 valid;	  /* PVHINT_VALID_* */
+	pvhint_u64 reserved[5];	  /* zero */
+};
+
+/*
+ * One vCPU, laid out exactly as struct kvm_steal_time.
+ *
+ * steal:     nanoseconds this vCPU was runnable but not running (stolen by the
+ *            host), monotonically increasing. Guarded by 'version': the writer
+ *            makes version odd, updates steal, then makes it even again; a
+ *            reader retries while version is odd or changed across its read.
+ * version:   see steal.
+ * flags:     KVM's steal-time flags; unused by pvhint, readers ignore it.
+ * preempted: bit 0 (PVHINT_PREEMPTED) is set while the host holds the vCPU
+ *            descheduled though runnable (set at vcpu_put on preemption,
+ *            cleared when the vCPU runs again). A halted (idle) vCPU is not
+ *            preempted.
+ * is_idle:   non-zero when the physical CPU this vCPU would run on is idle now,
+ *            i.e. a wake-up sent to this vCPU is served at once. Byte 17, the
+ *            first u8_pad byte of kvm_steal_time; zero when the host does not
+ *            provide it (see PVHINT_VALID_IS_IDLE).
+ */
+struct pvhint_record {
+	pvhint_u64 steal;
+	pvhint_u32 version;
+	pvhint_u32 flags;
+	pvhint_u8 preempted;
+	pvhint_u8 is_idle;
+	pvhint_u8 pad8[2];
+	pvhint_u32 pad[11];
+};
+
+#ifndef __KERNEL__
+#if defined(__cplusplus)
+#define PVHINT_STATIC_ASSERT static_assert
+#else
+#define PVHINT_STATIC_ASSERT _Static_assert
+#endif
+PVHINT_STATIC_ASSERT(sizeof(struct pvhint_record) == PVHINT_RECORD_SIZE, "record is 64 bytes");
+PVHINT_STATIC_ASSERT(offsetof(struct pvhint_record, steal) == 0, "steal at 0");
+PVHINT_STATIC_ASSERT(offsetof(struct pvhint_record, version) == 8, "version at 8");
+PVHINT_STATIC_ASSERT(offsetof(struct pvhint_record, flags) == 12, "flags at 12");
+PVHINT_STATIC_ASSERT(offsetof(struct pvhint_record, preempted) == 16, "preempted at 16");
+PVHINT_STATIC_ASSERT(offsetof(struct pvhint_record, is_idle) == 17, "is_idle at 17");
+PVHINT_STATIC_ASSERT(sizeof(struct pvhint_header) == 64, "header block is 64 bytes");
+PVHINT_STATIC_ASSERT(PVHINT_HEADER_SIZE % 4096 == 0, "records start on a page boundary");
+#endif
+
+#endif /* PVRT_PVHINT_ABI_H */

@@ -11,12 +11,6 @@
 
 /* ---- hint handles ---- */
 
-/* Bound weakly while libpvhint on main lacks them (its full implementation is landing
- * separately); with them absent the locks behave as under source none. */
-#pragma weak pvhint_default
-#pragma weak pvhint_thread_park
-#pragma weak pvhint_thread_unpark
-
 /* A handle of source none: no records, so every query answers false. */
 static pvhint_t lk_none_handle;
 pvhint_t *lk_hints_ptr;		 /* what the locks read (override or default) */
@@ -34,8 +28,7 @@ static void lk_open_default(void)
 		return;
 	pvhint_t *h = NULL;
 	/* On failure pvhint_default leaves h at a handle of source none (its contract). */
-	if (pvhint_default)
-		(void)pvhint_default(&h);
+	(void)pvhint_default(&h);
 	if (!h)
 		h = &lk_none_handle;
 	/* Release: publish the opened handle's fields to threads that load the pointer. */
@@ -116,17 +109,28 @@ __attribute__((constructor)) static void lk_init(void)
 
 /* ---- parking ---- */
 
+/* Set while this thread is inside pvhint_thread_park/unpark: the hint source may take locks of
+ * its own (under the preload its pthread mutexes are ours), and a park inside must not call back
+ * into it. */
+static __thread int lk_in_hint __attribute__((tls_model("initial-exec")));
+
 int lk_park(uint32_t *addr, uint32_t val, clockid_t clk, const struct timespec *abstime,
 	    enum pvrt_lock_class cls)
 {
 	pvhint_t *ph = lk_park_handle();
-	bool tell = ph && ph != &lk_none_handle && pvhint_thread_park && pvhint_thread_unpark;
+	bool tell = ph && ph != &lk_none_handle && !lk_in_hint;
 	lk_stat(cls, LK_PARKS);
-	if (tell)
+	if (tell) {
+		lk_in_hint = 1;
 		pvhint_thread_park(ph);
+		lk_in_hint = 0;
+	}
 	int r = pvrt_futex_wait(addr, val, clk, abstime);
-	if (tell)
+	if (tell) {
+		lk_in_hint = 1;
 		pvhint_thread_unpark(ph);
+		lk_in_hint = 0;
+	}
 	return r;
 }
 

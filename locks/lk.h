@@ -57,6 +57,16 @@ static inline void lk_backoff(unsigned *b)
 		*b <<= 1;
 }
 
+/* ---- the runtime (runtime/internal.h; hidden in libpvrt and the preload) ---- */
+struct pvrt_ult;
+/* The calling ULT, NULL in a thread that is not a ULT. */
+struct pvrt_ult *pvrt_ult_current(void);
+/* If u is queued ready (not running), switch to it now; true if it ran. Descriptors are
+ * type-stable while the runtime lives, so a stale u is harmless. */
+bool pvrt_ult_try_yield_to(struct pvrt_ult *u);
+/* The calling worker's vCPU, else the vCPU the thread runs on. */
+int pvrt_worker_vcpu(void);
+
 /* ---- hints ---- */
 extern pvhint_t *lk_hints_ptr;
 pvhint_t *lk_hints_slow(void);
@@ -75,10 +85,10 @@ static inline bool lk_vcpu1_preempted(pvhint_t *h, uint32_t v1)
 	return v1 != 0 && pvhint_vcpu_preempted(h, v1 - 1);
 }
 
-/* The caller's vCPU + 1, for owner records. */
+/* The caller's vCPU + 1, for owner records (a ULT: its worker's vCPU). */
 static inline uint32_t lk_self_vcpu1(void)
 {
-	int v = pvhint_self_vcpu();
+	int v = pvrt_worker_vcpu();
 	return v >= 0 ? (uint32_t)v + 1 : 0;
 }
 

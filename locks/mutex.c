@@ -49,11 +49,12 @@ static inline int mtype(const pvrt_mutex_t *m)
 
 static inline void publish_owner(pvrt_mutex_t *m, int tid)
 {
-	/* Relaxed: other threads read owner and owner_vcpu only as hints (spinners), and the
-	 * owner checks of recursive/errorcheck mutexes compare with the reader's own tid, which
-	 * only the reader itself stores. (The runtime will also record the owner ULT here.) */
+	/* Relaxed: other threads read owner, owner_vcpu and owner_ult only as hints (spinners),
+	 * and the owner checks of recursive/errorcheck mutexes compare with the reader's own tid,
+	 * which only the reader itself stores. */
 	__atomic_store_n(&m->owner, tid, __ATOMIC_RELAXED);
 	__atomic_store_n(&m->owner_vcpu, lk_self_vcpu1(), __ATOMIC_RELAXED);
+	__atomic_store_n(&m->owner_ult, (void *)pvrt_ult_current(), __ATOMIC_RELAXED);
 }
 
 int pvrt_mutex_init(pvrt_mutex_t *m, int type)
@@ -85,6 +86,7 @@ static bool spin_acquire(pvrt_mutex_t *m, uint32_t extra)
 					 __ATOMIC_RELAXED))
 		return false;
 	pvhint_t *h = lk_hints();
+	bool self_ult = pvrt_ult_current() != NULL;
 	bool got = false;
 	unsigned b = 1;
 	for (int i = 0; i < LK_SPIN_CHECKS; i++) {
@@ -104,6 +106,15 @@ static bool spin_acquire(pvrt_mutex_t *m, uint32_t extra)
 			/* The owner cannot release before its vCPU runs again: park now. */
 			lk_stat(C, LK_SPIN_CUT);
 			break;
+		}
+		if (self_ult && (i & 7) == 0) {
+			/* A ULT owner that sits queued (not running) releases only once it runs:
+			 * run it now instead of spinning (we are queued ready meanwhile). */
+			struct pvrt_ult *ou = __atomic_load_n(&m->owner_ult, __ATOMIC_RELAXED);
+			if (ou && pvrt_ult_try_yield_to(ou)) {
+				lk_stat(C, LK_SPIN_CUT);
+				continue;
+			}
 		}
 		lk_backoff(&b);
 	}

@@ -435,11 +435,6 @@ EXPORT int pthread_barrier_wait(pthread_barrier_t *b)
 
 /* ---- threads: attach application threads to emulated vCPUs ---- */
 
-#pragma weak pvhint_emu_attach_next
-#pragma weak pvhint_emu_detach
-#pragma weak pvhint_source_name
-#pragma weak pvhint_default
-
 static pvhint_t *emu_handle; /* set when the hint source is the emulator */
 static void *hint_lib_base;  /* threads libpvhint creates itself are not application threads */
 static pthread_key_t detach_key;
@@ -452,13 +447,12 @@ struct start {
 static void detach_at_exit(void *p)
 {
 	(void)p;
-	if (pvhint_emu_detach)
-		pvhint_emu_detach(emu_handle);
+	pvhint_emu_detach(emu_handle);
 }
 
 static void attach_self(void)
 {
-	if (!emu_handle || !pvhint_emu_attach_next)
+	if (!emu_handle)
 		return;
 	if (pvhint_emu_attach_next(emu_handle) == 0)
 		pthread_setspecific(detach_key, (void *)1);
@@ -540,8 +534,7 @@ __attribute__((constructor)) static void preload_init(void)
 	if (dladdr((void *)pvhint_header, &info))
 		hint_lib_base = info.dli_fbase;
 	pvhint_t *h = NULL;
-	if (pvhint_default && pvhint_source_name && pvhint_default(&h) == 0 && h &&
-	    strcmp(pvhint_source_name(h), "emu") == 0) {
+	if (pvhint_default(&h) == 0 && h && strcmp(pvhint_source_name(h), "emu") == 0) {
 		pthread_key_create(&detach_key, detach_at_exit);
 		/* Release: the handle is complete before pthread_create reads it. */
 		__atomic_store_n(&emu_handle, h, __ATOMIC_RELEASE);

@@ -32,10 +32,6 @@
 #endif
 #define PRELOAD_NAME "libpvrt-preload.so"
 
-#pragma weak pvhint_open
-#pragma weak pvhint_close
-#pragma weak pvhint_errmsg
-
 static void usage(FILE *f)
 {
 	fprintf(f,
@@ -168,14 +164,13 @@ int main(int argc, char **argv)
 		hints = "emu";
 	/* Check the source and the emulator spec now, so a typo is a usage error and not a
 	 * failure inside PROGRAM. */
-	if (hints && pvhint_open && pvhint_close) {
+	if (hints) {
 		struct pvhint_options o = {.source = hints, .emu = emu};
 		pvhint_t *h = NULL;
 		int r = pvhint_open(&o, &h);
 		if (r < 0) {
 			char msg[512];
-			snprintf(msg, sizeof(msg), "%s",
-				 pvhint_errmsg ? pvhint_errmsg() : strerror(-r));
+			snprintf(msg, sizeof(msg), "%s", pvhint_errmsg());
 			return usage_error("bad hint settings: %s", msg);
 		}
 		pvhint_close(h);

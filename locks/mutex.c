@@ -47,14 +47,14 @@ static inline int mtype(const pvrt_mutex_t *m)
 	return __atomic_load_n(&m->kind, __ATOMIC_RELAXED) & 3;
 }
 
-static inline void publish_owner(pvrt_mutex_t *m, int tid)
+static inline void publish_owner(pvrt_mutex_t *m, int tid, struct pvrt_ult *u)
 {
 	/* Relaxed: other threads read owner, owner_vcpu and owner_ult only as hints (spinners),
 	 * and the owner checks of recursive/errorcheck mutexes compare with the reader's own tid,
 	 * which only the reader itself stores. */
 	__atomic_store_n(&m->owner, tid, __ATOMIC_RELAXED);
-	__atomic_store_n(&m->owner_vcpu, lk_self_vcpu1(), __ATOMIC_RELAXED);
-	__atomic_store_n(&m->owner_ult, (void *)pvrt_ult_current(), __ATOMIC_RELAXED);
+	__atomic_store_n(&m->owner_vcpu, lk_self_vcpu1(u), __ATOMIC_RELAXED);
+	__atomic_store_n(&m->owner_ult, (void *)u, __ATOMIC_RELAXED);
 }
 
 int pvrt_mutex_init(pvrt_mutex_t *m, int type)
@@ -77,7 +77,7 @@ int pvrt_mutex_destroy(pvrt_mutex_t *m)
  * vCPU is not preempted, no hand-off is pending, and the budget lasts.
  * 'extra' is WAITERS once the caller has parked (see the header comment).
  */
-static bool spin_acquire(pvrt_mutex_t *m, uint32_t extra)
+static bool spin_acquire(pvrt_mutex_t *m, uint32_t extra, struct pvrt_ult *self)
 {
 	uint32_t z = 0;
 	/* Relaxed: the spinner slot only limits spinning; it protects no data. */
@@ -86,7 +86,7 @@ static bool spin_acquire(pvrt_mutex_t *m, uint32_t extra)
 					 __ATOMIC_RELAXED))
 		return false;
 	pvhint_t *h = lk_hints();
-	bool self_ult = pvrt_ult_current() != NULL;
+	bool self_ult = self != NULL;
 	bool got = false;
 	unsigned b = 1;
 	for (int i = 0; i < LK_SPIN_CHECKS; i++) {
@@ -127,9 +127,10 @@ static bool spin_acquire(pvrt_mutex_t *m, uint32_t extra)
  * another thread is the hand-off target (the caller parks on the word as
  * before), or the timeout error.
  */
-static int handoff_acquire(pvrt_mutex_t *m, clockid_t clk, const struct timespec *abs)
+static int handoff_acquire(pvrt_mutex_t *m, clockid_t clk, const struct timespec *abs,
+			   struct pvrt_ult *u)
 {
-	const uint32_t t = (uint32_t)lk_tid();
+	const uint32_t t = (uint32_t)lk_self_id(u);
 	bool registered = false;
 
 	for (;;) {
@@ -151,7 +152,7 @@ static int handoff_acquire(pvrt_mutex_t *m, clockid_t clk, const struct timespec
 							 __ATOMIC_SEQ_CST, __ATOMIC_RELAXED))
 				return -EAGAIN;
 			registered = true;
-			__atomic_store_n(&m->handoff_vcpu, lk_self_vcpu1(), __ATOMIC_RELAXED);
+			__atomic_store_n(&m->handoff_vcpu, lk_self_vcpu1(u), __ATOMIC_RELAXED);
 		}
 		uint32_t w = __atomic_load_n(&m->word, __ATOMIC_SEQ_CST);
 		if (!(w & LOCKED)) {
@@ -189,10 +190,11 @@ static int handoff_acquire(pvrt_mutex_t *m, clockid_t clk, const struct timespec
 	}
 }
 
-static int lock_slow(pvrt_mutex_t *m, clockid_t clk, const struct timespec *abs, bool timed)
+static int lock_slow(pvrt_mutex_t *m, clockid_t clk, const struct timespec *abs, bool timed,
+		     struct pvrt_ult *u)
 {
 	lk_stat(C, LK_CONTENDED);
-	if (spin_acquire(m, 0))
+	if (spin_acquire(m, 0, u))
 		return 0;
 	if (timed) {
 		/* glibc's order: a bad timespec is EINVAL only once the caller would block, and a
@@ -219,7 +221,7 @@ static int lock_slow(pvrt_mutex_t *m, clockid_t clk, const struct timespec *abs,
 			continue;
 		}
 		if (lost && (lost >= LK_STARVE_WAKEUPS || lk_now_ns() - t0 >= LK_STARVE_NS)) {
-			int r = handoff_acquire(m, clk, abs);
+			int r = handoff_acquire(m, clk, abs, u);
 			if (r != -EAGAIN)
 				return r;
 		}
@@ -240,7 +242,7 @@ static int lock_slow(pvrt_mutex_t *m, clockid_t clk, const struct timespec *abs,
 		if (r == 0)
 			lost++;
 		/* Woken: the owner changed, so spinning may pay again. */
-		if (spin_acquire(m, extra))
+		if (spin_acquire(m, extra, u))
 			return 0;
 	}
 }
@@ -311,7 +313,8 @@ static inline bool try_fast(pvrt_mutex_t *m)
 static int lock_common(pvrt_mutex_t *m, clockid_t clk, const struct timespec *abs, bool timed)
 {
 	int type = mtype(m);
-	int tid = lk_tid();
+	struct pvrt_ult *u = lk_self_ult();
+	int tid = lk_self_id(u);
 	if (type == PVRT_MUTEX_RECURSIVE || type == PVRT_MUTEX_ERRORCHECK) {
 		if (__atomic_load_n(&m->owner, __ATOMIC_RELAXED) == tid) {
 			if (type == PVRT_MUTEX_ERRORCHECK)
@@ -324,11 +327,11 @@ static int lock_common(pvrt_mutex_t *m, clockid_t clk, const struct timespec *ab
 		}
 	}
 	if (lk_unlikely(!try_fast(m))) {
-		int r = lock_slow(m, clk, abs, timed);
+		int r = lock_slow(m, clk, abs, timed, u);
 		if (r)
 			return r;
 	}
-	publish_owner(m, tid);
+	publish_owner(m, tid, u);
 	if (type == PVRT_MUTEX_RECURSIVE)
 		m->count = 1;
 	lk_stat(C, LK_ACQ);
@@ -337,6 +340,14 @@ static int lock_common(pvrt_mutex_t *m, clockid_t clk, const struct timespec *ab
 
 int pvrt_mutex_lock(pvrt_mutex_t *m)
 {
+	/* Fast path for the common type, kept small (no spilled registers). */
+	int type = mtype(m);
+	if (lk_likely(type == PVRT_MUTEX_NORMAL || type == PVRT_MUTEX_ADAPTIVE) && try_fast(m)) {
+		struct pvrt_ult *u = lk_self_ult();
+		publish_owner(m, lk_self_id(u), u);
+		lk_stat(C, LK_ACQ);
+		return 0;
+	}
 	return lock_common(m, CLOCK_MONOTONIC, NULL, false);
 }
 
@@ -350,7 +361,8 @@ int pvrt_mutex_timedlock(pvrt_mutex_t *m, clockid_t clk, const struct timespec *
 int pvrt_mutex_trylock(pvrt_mutex_t *m)
 {
 	int type = mtype(m);
-	int tid = lk_tid();
+	struct pvrt_ult *u = lk_self_ult();
+	int tid = lk_self_id(u);
 	if (type == PVRT_MUTEX_RECURSIVE && __atomic_load_n(&m->owner, __ATOMIC_RELAXED) == tid) {
 		if (m->count == UINT32_MAX)
 			return -EAGAIN;
@@ -367,7 +379,7 @@ int pvrt_mutex_trylock(pvrt_mutex_t *m)
 						__ATOMIC_RELAXED))
 			break;
 	}
-	publish_owner(m, tid);
+	publish_owner(m, tid, u);
 	if (type == PVRT_MUTEX_RECURSIVE)
 		m->count = 1;
 	lk_stat(C, LK_ACQ);
@@ -378,7 +390,7 @@ int pvrt_mutex_unlock(pvrt_mutex_t *m)
 {
 	int type = mtype(m);
 	if (type == PVRT_MUTEX_RECURSIVE || type == PVRT_MUTEX_ERRORCHECK) {
-		if (__atomic_load_n(&m->owner, __ATOMIC_RELAXED) != lk_tid() ||
+		if (__atomic_load_n(&m->owner, __ATOMIC_RELAXED) != lk_self_id(lk_self_ult()) ||
 		    !(__atomic_load_n(&m->word, __ATOMIC_RELAXED) & LOCKED))
 			return -EPERM;
 		if (type == PVRT_MUTEX_RECURSIVE && --m->count != 0)

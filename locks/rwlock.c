@@ -74,7 +74,7 @@ static inline bool spin_worth(pvrt_rwlock_t *rw, uint32_t s, pvhint_t *h, bool *
 static int rdlock_common(pvrt_rwlock_t *rw, clockid_t clk, const struct timespec *abs, bool timed)
 {
 	if ((__atomic_load_n(&rw->state, __ATOMIC_RELAXED) & WRITER) &&
-	    __atomic_load_n(&rw->writer, __ATOMIC_RELAXED) == lk_tid())
+	    __atomic_load_n(&rw->writer, __ATOMIC_RELAXED) == lk_self_id(lk_self_ult()))
 		return -EDEADLK;
 	pvhint_t *h = NULL;
 	int spins = 0;
@@ -141,7 +141,8 @@ static void writer_left(pvrt_rwlock_t *rw)
 
 static int wrlock_common(pvrt_rwlock_t *rw, clockid_t clk, const struct timespec *abs, bool timed)
 {
-	int tid = lk_tid();
+	struct pvrt_ult *u = lk_self_ult();
+	int tid = lk_self_id(u);
 	if ((__atomic_load_n(&rw->state, __ATOMIC_RELAXED) & WRITER) &&
 	    __atomic_load_n(&rw->writer, __ATOMIC_RELAXED) == tid)
 		return -EDEADLK;
@@ -156,7 +157,7 @@ static int wrlock_common(pvrt_rwlock_t *rw, clockid_t clk, const struct timespec
 						__ATOMIC_RELAXED)) {
 			/* Relaxed: hints for contenders and the EDEADLK check by this thread. */
 			__atomic_store_n(&rw->writer, tid, __ATOMIC_RELAXED);
-			__atomic_store_n(&rw->writer_vcpu, lk_self_vcpu1(), __ATOMIC_RELAXED);
+			__atomic_store_n(&rw->writer_vcpu, lk_self_vcpu1(u), __ATOMIC_RELAXED);
 			lk_stat(C, LK_ACQ);
 			return 0;
 		}
@@ -246,8 +247,9 @@ int pvrt_rwlock_trywrlock(pvrt_rwlock_t *rw)
 	if (!__atomic_compare_exchange_n(&rw->state, &s, WRITER, false, __ATOMIC_ACQUIRE,
 					 __ATOMIC_RELAXED))
 		return -EBUSY;
-	__atomic_store_n(&rw->writer, lk_tid(), __ATOMIC_RELAXED);
-	__atomic_store_n(&rw->writer_vcpu, lk_self_vcpu1(), __ATOMIC_RELAXED);
+	struct pvrt_ult *u = lk_self_ult();
+	__atomic_store_n(&rw->writer, lk_self_id(u), __ATOMIC_RELAXED);
+	__atomic_store_n(&rw->writer_vcpu, lk_self_vcpu1(u), __ATOMIC_RELAXED);
 	lk_stat(C, LK_ACQ);
 	return 0;
 }

@@ -32,7 +32,7 @@ int pvrt_spin_destroy(pvrt_spinlock_t *s)
 
 static inline uint32_t self_word(void)
 {
-	uint32_t v = lk_self_vcpu1();
+	uint32_t v = lk_self_vcpu1(lk_self_ult());
 	return (v ? v : 1) & ~PARKED;
 }
 

@@ -20,15 +20,20 @@
 #define lk_unlikely(x) __builtin_expect(!!(x), 0)
 
 /*
- * Spin budget: checks of the lock word before a waiter parks. Each check is
- * followed by a backoff of 1, 2, 4 ... LK_BACKOFF_MAX pause instructions, so
- * the budget is a few tens of microseconds: about the cost of a park and
- * wake-up pair, past which spinning cannot win.
+ * Spin budgets, in time: a pause costs from a few ns to ~100 ns depending on
+ * the CPU and on whether a hypervisor intercepts it, so counting pauses does
+ * not bound anything. A waiter spins at most LK_SPIN_NS when the hint source
+ * tells preemption (it then spins only while the owner's vCPU runs, which is
+ * productive), and LK_SPIN_BLIND_NS without such hints: the owner may be
+ * descheduled, and a park + wake-up pair costs a few microseconds, so
+ * spinning longer than that cannot win. Between checks of the lock word it
+ * backs off 1, 2, 4 ... LK_BACKOFF_MAX pauses.
  */
-#define LK_SPIN_CHECKS 300
-#define LK_BACKOFF_MAX 32
-/* A spinlock waiter spins much longer before parking (pthread_spin users expect spinning). */
-#define LK_SPINLOCK_CHECKS 20000
+#define LK_SPIN_NS	 20000ull
+#define LK_SPIN_BLIND_NS 3000ull
+#define LK_BACKOFF_MAX	 16
+/* pthread_spin users expect spinning: a spinlock waiter spins longer before parking. */
+#define LK_SPINLOCK_SPIN_NS 100000ull
 
 /*
  * Fairness bound of the mutex: a waiter that was woken LK_STARVE_WAKEUPS
@@ -175,6 +180,27 @@ static inline bool lk_valid_timespec(const struct timespec *ts)
 }
 
 uint64_t lk_now_ns(void);
+
+/* A bounded spin: lk_spin_init() once, then while (lk_spin_more(&sp)) { check; }. */
+struct lk_spin {
+	uint64_t deadline;
+	unsigned backoff;
+};
+static inline uint64_t lk_spin_budget(pvhint_t *h)
+{
+	return (h->valid & PVHINT_VALID_PREEMPTED) ? LK_SPIN_NS : LK_SPIN_BLIND_NS;
+}
+static inline void lk_spin_init(struct lk_spin *sp, uint64_t budget_ns)
+{
+	sp->deadline = lk_now_ns() + budget_ns;
+	sp->backoff = 1;
+}
+/* Back off, then say whether the budget allows another check. */
+static inline bool lk_spin_more(struct lk_spin *sp)
+{
+	lk_backoff(&sp->backoff);
+	return lk_now_ns() < sp->deadline;
+}
 
 /* ---- statistics ---- */
 enum lk_stat { LK_ACQ, LK_CONTENDED, LK_SPIN_CUT, LK_PARKS, LK_HANDOFFS, LK_NSTATS };

@@ -88,8 +88,9 @@ static bool spin_acquire(pvrt_mutex_t *m, uint32_t extra, struct pvrt_ult *self)
 	pvhint_t *h = lk_hints();
 	bool self_ult = self != NULL;
 	bool got = false;
-	unsigned b = 1;
-	for (int i = 0; i < LK_SPIN_CHECKS; i++) {
+	struct lk_spin sp;
+	lk_spin_init(&sp, lk_spin_budget(h));
+	for (unsigned i = 0;; i++) {
 		uint32_t w = __atomic_load_n(&m->word, __ATOMIC_RELAXED);
 		if (!(w & LOCKED)) {
 			/* Acquire: the previous owner's critical section happens-before ours. */
@@ -116,7 +117,8 @@ static bool spin_acquire(pvrt_mutex_t *m, uint32_t extra, struct pvrt_ult *self)
 				continue;
 			}
 		}
-		lk_backoff(&b);
+		if (!lk_spin_more(&sp))
+			break;
 	}
 	__atomic_store_n(&m->spinner, 0, __ATOMIC_RELAXED);
 	return got;

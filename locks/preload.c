@@ -541,6 +541,13 @@ static void write_stats(void)
 	errno = saved;
 }
 
+static void preload_atfork_child(void)
+{
+	/* The emulator's control thread does not survive fork: attaching a thread in the child
+	 * could block it for ever on a vCPU that nobody resumes. Children run unemulated. */
+	emu_handle = NULL;
+}
+
 __attribute__((constructor)) static void preload_init(void)
 {
 	int saved = errno;
@@ -558,6 +565,7 @@ __attribute__((constructor)) static void preload_init(void)
 	pvhint_t *h = NULL;
 	if (pvhint_default(&h) == 0 && h && strcmp(pvhint_source_name(h), "emu") == 0) {
 		pthread_key_create(&detach_key, detach_at_exit);
+		pthread_atfork(NULL, NULL, preload_atfork_child);
 		/* Release: the handle is complete before pthread_create reads it. */
 		__atomic_store_n(&emu_handle, h, __ATOMIC_RELEASE);
 		attach_self();

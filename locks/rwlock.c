@@ -77,9 +77,8 @@ static int rdlock_common(pvrt_rwlock_t *rw, clockid_t clk, const struct timespec
 	    __atomic_load_n(&rw->writer, __ATOMIC_RELAXED) == lk_self_id(lk_self_ult()))
 		return -EDEADLK;
 	pvhint_t *h = NULL;
-	int spins = 0;
-	unsigned b = 1;
-	bool contended = false;
+	struct lk_spin sp = {0};
+	bool spinning = false, contended = false;
 	for (;;) {
 		uint32_t s = __atomic_load_n(&rw->state, __ATOMIC_RELAXED);
 		if (reader_may_enter(rw, s)) {
@@ -98,15 +97,19 @@ static int rdlock_common(pvrt_rwlock_t *rw, clockid_t clk, const struct timespec
 			lk_stat(C, LK_CONTENDED);
 			h = lk_hints();
 		}
+		if (!spinning) {
+			spinning = true;
+			lk_spin_init(&sp, lk_spin_budget(h));
+		}
 		bool cut = false;
-		if (spins < LK_SPIN_CHECKS && spin_worth(rw, s, h, &cut)) {
-			spins++;
-			lk_backoff(&b);
+		if (sp.deadline && spin_worth(rw, s, h, &cut)) {
+			if (!lk_spin_more(&sp))
+				sp.deadline = 0; /* spent: park */
 			continue;
 		}
-		if (cut && spins < LK_SPIN_CHECKS) {
+		if (cut && sp.deadline) {
 			lk_stat(C, LK_SPIN_CUT);
-			spins = LK_SPIN_CHECKS;
+			sp.deadline = 0;
 		}
 		if (timed) {
 			if (abs->tv_sec < 0)
@@ -125,7 +128,7 @@ static int rdlock_common(pvrt_rwlock_t *rw, clockid_t clk, const struct timespec
 		__atomic_fetch_sub(&rw->nrwait, 1, __ATOMIC_SEQ_CST);
 		if (r == -ETIMEDOUT || r == -EINVAL)
 			return r;
-		spins = 0;
+		spinning = false; /* woken: spin again */
 	}
 }
 
@@ -147,9 +150,8 @@ static int wrlock_common(pvrt_rwlock_t *rw, clockid_t clk, const struct timespec
 	    __atomic_load_n(&rw->writer, __ATOMIC_RELAXED) == tid)
 		return -EDEADLK;
 	pvhint_t *h = NULL;
-	int spins = 0;
-	unsigned b = 1;
-	bool contended = false;
+	struct lk_spin sp = {0};
+	bool spinning = false, contended = false;
 	for (;;) {
 		uint32_t s = 0;
 		/* Acquire: the previous holders' critical sections happen-before ours. */
@@ -166,15 +168,19 @@ static int wrlock_common(pvrt_rwlock_t *rw, clockid_t clk, const struct timespec
 			lk_stat(C, LK_CONTENDED);
 			h = lk_hints();
 		}
+		if (!spinning) {
+			spinning = true;
+			lk_spin_init(&sp, lk_spin_budget(h));
+		}
 		bool cut = false;
-		if (spins < LK_SPIN_CHECKS && spin_worth(rw, s, h, &cut)) {
-			spins++;
-			lk_backoff(&b);
+		if (sp.deadline && spin_worth(rw, s, h, &cut)) {
+			if (!lk_spin_more(&sp))
+				sp.deadline = 0; /* spent: park */
 			continue;
 		}
-		if (cut && spins < LK_SPIN_CHECKS) {
+		if (cut && sp.deadline) {
 			lk_stat(C, LK_SPIN_CUT);
-			spins = LK_SPIN_CHECKS;
+			sp.deadline = 0;
 		}
 		if (timed) {
 			if (abs->tv_sec < 0)
@@ -194,7 +200,7 @@ static int wrlock_common(pvrt_rwlock_t *rw, clockid_t clk, const struct timespec
 			return r;
 		}
 		__atomic_fetch_sub(&rw->nwwait, 1, __ATOMIC_SEQ_CST);
-		spins = 0;
+		spinning = false; /* woken: spin again */
 	}
 }
 

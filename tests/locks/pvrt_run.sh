@@ -29,7 +29,7 @@ expect_usage --locks=bogus -- true
 # The child really runs with the preload and the hint source.
 "$run" --hints=none -- sh -c 'case "$LD_PRELOAD" in *libpvrt-preload.so*) ;; *) exit 3;; esac; [ "$PVRT_HINTS" = none ]' ||
 	fail "LD_PRELOAD/PVRT_HINTS not set in the child"
-"$run" --hints=none -- "$parity" --which | grep -c libpvrt-preload.so | grep -q 2 ||
+"$run" --hints=none -- "$parity" --which | grep -c libpvrt-preload.so | grep -q 3 ||
 	fail "pthread functions not interposed under pvrt-run"
 
 # --stats: a table with a mutex line showing acquisitions.

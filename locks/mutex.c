@@ -73,23 +73,55 @@ int pvrt_mutex_destroy(pvrt_mutex_t *m)
 }
 
 /*
+ * Without preemption hints a spinner cannot tell a running owner from a
+ * descheduled one, so the blind budget adapts per mutex (as glibc's adaptive
+ * mutex does): 'spinner' bits 16-31 keep an estimate of how long a successful
+ * spin takes (64 ns units, +1; 0 = none yet). A success moves the estimate
+ * 1/8 towards its duration; a spin that runs out shrinks it by a quarter, so
+ * a mutex whose owners get descheduled (or sleep while holding it) soon costs
+ * its waiters little more than glibc's immediate park. The budget is twice
+ * the estimate plus 500 ns, at most LK_SPIN_BLIND_NS.
+ */
+#define SPINNING    1u
+#define EST_SHIFT   16
+#define EST_UNIT_NS 64u
+
+static uint64_t blind_estimate(uint32_t s)
+{
+	uint32_t e = s >> EST_SHIFT;
+	return e ? (uint64_t)(e - 1) * EST_UNIT_NS : LK_SPIN_BLIND_NS / 2;
+}
+
+static uint32_t blind_store(uint64_t est_ns)
+{
+	uint64_t e = est_ns / EST_UNIT_NS;
+	return (uint32_t)((e > 0xfffe ? 0xfffe : e) + 1) << EST_SHIFT;
+}
+
+/*
  * Spin on the word while that can win: we are the only spinner, the owner's
  * vCPU is not preempted, no hand-off is pending, and the budget lasts.
  * 'extra' is WAITERS once the caller has parked (see the header comment).
  */
 static bool spin_acquire(pvrt_mutex_t *m, uint32_t extra, struct pvrt_ult *self)
 {
-	uint32_t z = 0;
 	/* Relaxed: the spinner slot only limits spinning; it protects no data. */
-	if (__atomic_load_n(&m->spinner, __ATOMIC_RELAXED) ||
-	    !__atomic_compare_exchange_n(&m->spinner, &z, 1, false, __ATOMIC_RELAXED,
-					 __ATOMIC_RELAXED))
+	uint32_t slot = __atomic_load_n(&m->spinner, __ATOMIC_RELAXED);
+	if ((slot & SPINNING) ||
+	    !__atomic_compare_exchange_n(&m->spinner, &slot, slot | SPINNING, false,
+					 __ATOMIC_RELAXED, __ATOMIC_RELAXED))
 		return false;
 	pvhint_t *h = lk_hints();
+	bool blind = !(h->valid & PVHINT_VALID_PREEMPTED);
+	uint64_t est = blind_estimate(slot);
+	uint64_t budget = blind ? 2 * est + 500 : LK_SPIN_NS;
+	if (budget > LK_SPIN_BLIND_NS && blind)
+		budget = LK_SPIN_BLIND_NS;
 	bool self_ult = self != NULL;
-	bool got = false;
+	bool got = false, ran_out = false;
 	struct lk_spin sp;
-	lk_spin_init(&sp, lk_spin_budget(h));
+	lk_spin_init(&sp, budget);
+	uint64_t t0 = sp.deadline - budget;
 	for (unsigned i = 0;; i++) {
 		uint32_t w = __atomic_load_n(&m->word, __ATOMIC_RELAXED);
 		if (!(w & LOCKED)) {
@@ -117,10 +149,20 @@ static bool spin_acquire(pvrt_mutex_t *m, uint32_t extra, struct pvrt_ult *self)
 				continue;
 			}
 		}
-		if (!lk_spin_more(&sp))
+		if (!lk_spin_more(&sp)) {
+			ran_out = true;
 			break;
+		}
 	}
-	__atomic_store_n(&m->spinner, 0, __ATOMIC_RELAXED);
+	if (blind && got) {
+		uint64_t t = lk_now_ns() - t0;
+		est = t > est ? est + (t - est) / 8 : est - (est - t) / 8;
+	} else if (blind && ran_out) {
+		est -= est / 4;
+	}
+	/* Relaxed: see above. Frees the slot and keeps the estimate. */
+	__atomic_store_n(&m->spinner, blind ? blind_store(est) : (slot & ~SPINNING),
+			 __ATOMIC_RELAXED);
 	return got;
 }
 

@@ -123,7 +123,10 @@ int lk_park(uint32_t *addr, uint32_t val, clockid_t clk, const struct timespec *
 	    enum pvrt_lock_class cls)
 {
 	pvhint_t *ph = lk_park_handle();
-	bool tell = ph && ph != &lk_none_handle && !lk_in_hint;
+	/* A ULT does not block its worker: it switches away, and the runtime reports the worker's
+	 * own idle parking. (It must not touch lk_in_hint either: it may resume on another worker,
+	 * whose thread-local data another ULT may be using.) */
+	bool tell = ph && ph != &lk_none_handle && !lk_in_hint && !lk_self_ult();
 	lk_stat(cls, LK_PARKS);
 	if (tell) {
 		lk_in_hint = 1;

@@ -69,6 +69,14 @@
 #define IE __attribute__((tls_model("initial-exec")))
 
 static __thread struct emu_thr *emu_self IE;
+/*
+ * Non-zero while this thread holds glock or an emulator lock. A stop that lands then must not
+ * block in the handler (the control side or resume() needs the lock to release it): the handler
+ * only notes it, and the thread stops itself when it drops the lock (lock_enter/lock_leave).
+ * Without sanitizers this happens only for a stop delivered after its ack timed out; TSan
+ * delivers every signal late, at the end of its interceptors, e.g. just after a mutex lock.
+ */
+static __thread int emu_in_lock IE;
 
 /* Protects attach/detach against close (t->emu) and the stop signal's installation. */
 static pthread_mutex_t glock = PTHREAD_MUTEX_INITIALIZER;
@@ -110,6 +118,32 @@ static inline struct pvhint_emu *thr_emu(const struct emu_thr *t)
 static inline bool runnable(const struct emu_vcpu *vc)
 {
 	return vc->nr_att > vc->nr_parked;
+}
+
+static void wait_hold(struct emu_thr *t);
+
+/* Take/drop glock or an emulator lock on a thread that may be attached (see emu_in_lock). */
+static void lock_enter(pthread_mutex_t *m)
+{
+	emu_in_lock++;
+	__atomic_signal_fence(__ATOMIC_SEQ_CST); /* the handler sees it before we may block */
+	pthread_mutex_lock(m);
+}
+
+static void lock_leave(pthread_mutex_t *m)
+{
+	pthread_mutex_unlock(m);
+	__atomic_signal_fence(__ATOMIC_SEQ_CST);
+	if (--emu_in_lock)
+		return;
+	__atomic_signal_fence(__ATOMIC_SEQ_CST);
+	struct emu_thr *t = emu_self;
+	if (t && __atomic_load_n(&t->deferred, __ATOMIC_RELAXED)) {
+		__atomic_store_n(&t->deferred, 0, __ATOMIC_RELAXED);
+		/* A parked thread runs no user code; a running one stops here if still held. */
+		if (__atomic_load_n(&t->state, __ATOMIC_RELAXED) != THR_PARKED)
+			wait_hold(t);
+	}
 }
 
 /* ---- the stop signal ---- */
@@ -159,6 +193,10 @@ static void stop_handler(int sig, siginfo_t *si, void *ucv)
 		/* A late signal (after an ack timeout) may land in a parked thread: keep PARKED. */
 		uint32_t after = entry == THR_PARKED ? THR_PARKED : THR_RUN;
 		bool noted = false;
+		if (emu_in_lock) {
+			__atomic_store_n(&t->deferred, 1, __ATOMIC_RELAXED); /* see emu_in_lock */
+			goto end_request;
+		}
 		/*
 		 * seq_cst on hold and state: Dekker with the control side, which stores hold = 1
 		 * and then loads state. Either it sees our final state store (RUN) and signals
@@ -180,6 +218,7 @@ static void stop_handler(int sig, siginfo_t *si, void *ucv)
 			__atomic_store_n(&t->state, after, __ATOMIC_SEQ_CST);
 		}
 		/* Resumed before the signal landed: nothing to stop, just end the request. */
+	end_request:;
 		uint32_t req = THR_STOPREQ;
 		if (__atomic_compare_exchange_n(&t->state, &req, after, false, __ATOMIC_SEQ_CST,
 						__ATOMIC_RELAXED))
@@ -261,10 +300,12 @@ static void account_steal(struct pvhint_emu *e, unsigned v, uint64_t now)
 	if (now <= vc->pre_since)
 		return;
 	uint32_t ver = r->version;
-	/* Sequence count: odd version, then (release fence) the data, then even (release). */
+	/*
+	 * Sequence count: odd version, then the data with release (orders the odd version before
+	 * it, for a reader that acquires the new value), then even with release.
+	 */
 	__atomic_store_n(&r->version, ver + 1, __ATOMIC_RELAXED);
-	__atomic_thread_fence(__ATOMIC_RELEASE);
-	__atomic_store_n(&r->steal, r->steal + (now - vc->pre_since), __ATOMIC_RELAXED);
+	__atomic_store_n(&r->steal, r->steal + (now - vc->pre_since), __ATOMIC_RELEASE);
 	__atomic_store_n(&r->version, ver + 2, __ATOMIC_RELEASE);
 	vc->pre_since = now;
 }
@@ -558,7 +599,7 @@ static void *control_main(void *arg)
 		struct sched_param sp = {.sched_priority = 1};
 		pthread_setschedparam(pthread_self(), SCHED_FIFO, &sp);
 	}
-	pthread_mutex_lock(&e->lock);
+	lock_enter(&e->lock);
 	while (!e->exiting) {
 		uint64_t now = now_ns(), next;
 		switch (e->c.mode) {
@@ -600,7 +641,7 @@ static void *control_main(void *arg)
 			pthread_cond_timedwait(&e->cond, &e->lock, &ts);
 		}
 	}
-	pthread_mutex_unlock(&e->lock);
+	lock_leave(&e->lock);
 	return NULL;
 }
 
@@ -636,9 +677,9 @@ int pvhint__emu_open(struct pvhint_impl *im, const char *spec, const char *label
 	e->t0 = e->last_flush = now_ns();
 	e->rng = c.seed ? c.seed : 0x9E3779B97F4A7C15ull;
 
-	pthread_mutex_lock(&glock);
+	lock_enter(&glock);
 	err = sig_get(c.sig);
-	pthread_mutex_unlock(&glock);
+	lock_leave(&glock);
 	if (err)
 		goto fail_page;
 
@@ -669,9 +710,9 @@ int pvhint__emu_open(struct pvhint_impl *im, const char *spec, const char *label
 fail_sig:
 	pthread_cond_destroy(&e->cond);
 	pthread_mutex_destroy(&e->lock);
-	pthread_mutex_lock(&glock);
+	lock_enter(&glock);
 	sig_put();
-	pthread_mutex_unlock(&glock);
+	lock_leave(&glock);
 fail_page:
 	pvhint__page_free(im);
 fail_mem:
@@ -687,15 +728,15 @@ void pvhint__emu_close(struct pvhint_impl *im)
 {
 	struct pvhint_emu *e = im->emu;
 
-	pthread_mutex_lock(&e->lock);
+	lock_enter(&e->lock);
 	e->exiting = true;
 	pthread_cond_signal(&e->cond);
-	pthread_mutex_unlock(&e->lock);
+	lock_leave(&e->lock);
 	if (e->ctl_started)
 		pthread_join(e->ctl, NULL);
 
-	pthread_mutex_lock(&glock);
-	pthread_mutex_lock(&e->lock);
+	lock_enter(&glock);
+	lock_enter(&e->lock);
 	for (unsigned v = 0; v < e->c.vcpus; v++) {
 		struct emu_thr *t = e->vc[v].threads;
 		while (t) {
@@ -708,9 +749,9 @@ void pvhint__emu_close(struct pvhint_impl *im)
 			t = next;
 		}
 	}
-	pthread_mutex_unlock(&e->lock);
+	lock_leave(&e->lock);
 	sig_put();
-	pthread_mutex_unlock(&glock);
+	lock_leave(&glock);
 
 	pthread_cond_destroy(&e->cond);
 	pthread_mutex_destroy(&e->lock);
@@ -734,10 +775,10 @@ static void wait_hold(struct emu_thr *t)
 /* Unlink t from its emulator (if any) and free it. Runs on t's own thread. */
 static void thr_release(struct emu_thr *t)
 {
-	pthread_mutex_lock(&glock);
+	lock_enter(&glock);
 	struct pvhint_emu *e = t->emu;
 	if (e) {
-		pthread_mutex_lock(&e->lock);
+		lock_enter(&e->lock);
 		struct emu_vcpu *vc = &e->vc[t->vcpu];
 		for (struct emu_thr **pp = &vc->threads; *pp; pp = &(*pp)->next) {
 			if (*pp == t) {
@@ -755,9 +796,9 @@ static void thr_release(struct emu_thr *t)
 		__atomic_store_n(&t->hold, 0, __ATOMIC_SEQ_CST); /* a pending signal won't block */
 		publish(e, now_ns());
 		pthread_cond_signal(&e->cond);
-		pthread_mutex_unlock(&e->lock);
+		lock_leave(&e->lock);
 	}
-	pthread_mutex_unlock(&glock);
+	lock_leave(&glock);
 	/*
 	 * A stop signal may still be queued for this thread: the handler reads emu_self, so clear
 	 * it (ordered before the free by the signal fence, the handler runs on this thread).
@@ -820,8 +861,8 @@ int pvhint_emu_attach(pvhint_t *h, unsigned v)
 	__atomic_signal_fence(__ATOMIC_SEQ_CST);
 	pvhint_tls_vcpu = (int)v;
 
-	pthread_mutex_lock(&glock);
-	pthread_mutex_lock(&e->lock);
+	lock_enter(&glock);
+	lock_enter(&e->lock);
 	t->emu = e;
 	t->next = e->vc[v].threads;
 	e->vc[v].threads = t;
@@ -830,8 +871,8 @@ int pvhint_emu_attach(pvhint_t *h, unsigned v)
 		t->hold = 1; /* joining a held vCPU: wait for its turn below */
 	publish(e, now_ns());
 	pthread_cond_signal(&e->cond);
-	pthread_mutex_unlock(&e->lock);
-	pthread_mutex_unlock(&glock);
+	lock_leave(&e->lock);
+	lock_leave(&glock);
 	wait_hold(t);
 	return 0;
 }
@@ -871,13 +912,13 @@ void pvhint__emu_park(struct pvhint_impl *im)
 	if (!t || thr_emu(t) != e)
 		return;
 	for (;;) {
-		pthread_mutex_lock(&e->lock);
+		lock_enter(&e->lock);
 		uint32_t run = THR_RUN;
 		/* Under the lock: the control side never sees a half-parked thread. */
 		if (__atomic_compare_exchange_n(&t->state, &run, THR_PARKED, false,
 						__ATOMIC_SEQ_CST, __ATOMIC_RELAXED))
 			break;
-		pthread_mutex_unlock(&e->lock);
+		lock_leave(&e->lock);
 		/*
 		 * STOPREQ: our stop signal is on its way (or the handler ran and is about to set
 		 * RUN). Let it land now, in user code, rather than in the wait the caller is about
@@ -892,7 +933,7 @@ void pvhint__emu_park(struct pvhint_impl *im)
 		publish(e, now_ns());
 		pthread_cond_signal(&e->cond);
 	}
-	pthread_mutex_unlock(&e->lock);
+	lock_leave(&e->lock);
 }
 
 void pvhint__emu_unpark(struct pvhint_impl *im)
@@ -902,7 +943,7 @@ void pvhint__emu_unpark(struct pvhint_impl *im)
 
 	if (!t || thr_emu(t) != e)
 		return;
-	pthread_mutex_lock(&e->lock);
+	lock_enter(&e->lock);
 	if (__atomic_load_n(&t->state, __ATOMIC_RELAXED) == THR_PARKED) {
 		struct emu_vcpu *vc = &e->vc[t->vcpu];
 		/* Under the lock, ordered against stop_vcpu's hold stores and state loads. */
@@ -913,7 +954,7 @@ void pvhint__emu_unpark(struct pvhint_impl *im)
 			pthread_cond_signal(&e->cond);
 		}
 	}
-	pthread_mutex_unlock(&e->lock);
+	lock_leave(&e->lock);
 	/* A held vCPU: do not return to the caller's code until it runs. */
 	wait_hold(t);
 }
@@ -936,12 +977,12 @@ int pvhint_emu_deschedule(pvhint_t *h, unsigned v, uint64_t ns)
 	if (emu_self && thr_emu(emu_self) == e && emu_self->vcpu == v)
 		return pvhint__fail(-EDEADLK, "pvhint_emu_deschedule: the caller runs on vCPU %u",
 				    v);
-	pthread_mutex_lock(&e->lock);
+	lock_enter(&e->lock);
 	uint64_t now = now_ns();
 	stop_vcpu(e, v, now);
 	e->vc[v].until = ns ? now + ns : 0;
 	pthread_cond_signal(&e->cond); /* timed resume, kblocked polling */
-	pthread_mutex_unlock(&e->lock);
+	lock_leave(&e->lock);
 	return 0;
 }
 
@@ -956,9 +997,9 @@ int pvhint_emu_resume(pvhint_t *h, unsigned v)
 				    mode_names[e->c.mode]);
 	if (v >= e->c.vcpus)
 		return pvhint__fail(-EINVAL, "pvhint_emu_resume: vCPU %u out of range", v);
-	pthread_mutex_lock(&e->lock);
+	lock_enter(&e->lock);
 	run_vcpu(e, v, now_ns());
-	pthread_mutex_unlock(&e->lock);
+	lock_leave(&e->lock);
 	return 0;
 }
 
@@ -970,7 +1011,7 @@ int pvhint_emu_stats(pvhint_t *h, unsigned v, struct pvhint_emu_stats *out)
 		return h ? -ENOTSUP : -EINVAL;
 	if (v >= e->c.vcpus || !out)
 		return pvhint__fail(-EINVAL, "pvhint_emu_stats: vCPU %u out of range", v);
-	pthread_mutex_lock(&e->lock);
+	lock_enter(&e->lock);
 	struct emu_vcpu *vc = &e->vc[v];
 	memset(out, 0, sizeof(*out));
 	out->desched = vc->nr_desched;
@@ -986,7 +1027,7 @@ int pvhint_emu_stats(pvhint_t *h, unsigned v, struct pvhint_emu_stats *out)
 		out->stopped_ns += __atomic_load_n(&t->stopped_ns, __ATOMIC_RELAXED);
 		out->eintr += __atomic_load_n(&t->eintr, __ATOMIC_RELAXED);
 	}
-	pthread_mutex_unlock(&e->lock);
+	lock_leave(&e->lock);
 	return 0;
 }
 

@@ -47,6 +47,7 @@ struct emu_thr {
 	uint32_t hold;		/* futex word: 1 while the vCPU is descheduled */
 	int statfd;		/* /proc/thread-self/stat of this thread: R or sleeping */
 	bool kblocked;		/* control side: left alone because blocked in the kernel */
+	uint32_t deferred;	/* a stop landed while the thread held an emulator lock */
 	/* Written by the thread (handler), read by pvhint_emu_stats. */
 	uint64_t stops, stopped_ns, eintr;
 	struct emu_thr *next; /* the vCPU's list (emu->lock) */

@@ -226,8 +226,10 @@ uint64_t pvhint_steal(const pvhint_t *h, unsigned v)
 	const struct pvhint_record *r = &h->rec[v];
 	/*
 	 * Sequence-count read: the writer makes version odd, writes steal, makes version even.
-	 * The acquire load of version orders the steal load after it; the acquire fence orders
-	 * the steal load before the second version load. Equal even versions: consistent steal.
+	 * The acquire load of version orders the steal load after it; the acquire load of steal
+	 * orders the second version load after it (no fence: TSan does not model fences). If
+	 * steal came from the writer's release store, the second load sees the odd version or
+	 * later. Equal even versions: a consistent steal.
 	 */
 	for (;;) {
 		uint32_t v1 = __atomic_load_n(&r->version, __ATOMIC_ACQUIRE);
@@ -235,8 +237,7 @@ uint64_t pvhint_steal(const pvhint_t *h, unsigned v)
 			sched_yield(); /* the writer (host or emulator) is mid-update */
 			continue;
 		}
-		uint64_t s = __atomic_load_n(&r->steal, __ATOMIC_RELAXED);
-		__atomic_thread_fence(__ATOMIC_ACQUIRE);
+		uint64_t s = __atomic_load_n(&r->steal, __ATOMIC_ACQUIRE);
 		if (__atomic_load_n(&r->version, __ATOMIC_RELAXED) == v1)
 			return s;
 	}

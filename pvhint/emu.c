@@ -82,8 +82,8 @@ static __thread int emu_in_lock IE;
 static pthread_mutex_t glock = PTHREAD_MUTEX_INITIALIZER;
 static int sig_refs, sig_no;
 static struct sigaction sig_old;
-static uint32_t inflight; /* stop signals sent whose handler has not finished */
-static const int stop_cookie;  /* si_value of our stop signals: tells them from anyone else's */
+static uint32_t inflight;     /* stop signals sent whose handler has not finished */
+static const int stop_cookie; /* si_value of our stop signals: tells them from anyone else's */
 
 static pthread_once_t key_once = PTHREAD_ONCE_INIT;
 static pthread_key_t exit_key;
@@ -100,8 +100,7 @@ static int futex_wait(uint32_t *addr, uint32_t val, uint64_t rel_ns)
 {
 	struct timespec ts = {(time_t)(rel_ns / 1000000000u), (long)(rel_ns % 1000000000u)};
 
-	return (int)syscall(SYS_futex, addr, FUTEX_WAIT_PRIVATE, val, rel_ns ? &ts : NULL, NULL,
-			    0);
+	return (int)syscall(SYS_futex, addr, FUTEX_WAIT_PRIVATE, val, rel_ns ? &ts : NULL, NULL, 0);
 }
 
 static void futex_wake(uint32_t *addr)
@@ -210,7 +209,8 @@ static void stop_handler(int sig, siginfo_t *si, void *ucv)
 			/* The ack: the control side waits on 'state' leaving STOPREQ. */
 			__atomic_store_n(&t->state, THR_STOPPED, __ATOMIC_SEQ_CST);
 			futex_wake(&t->state);
-			/* acquire: what the control side did before releasing us is visible after */
+			/* acquire: what the control side did before releasing us is visible after
+			 */
 			while (__atomic_load_n(&t->hold, __ATOMIC_ACQUIRE))
 				futex_wait(&t->hold, 1, 0); /* EINTR/EAGAIN: re-check */
 			__atomic_fetch_add(&t->stopped_ns, now_ns() - t0, __ATOMIC_RELAXED);
@@ -258,7 +258,8 @@ static int sig_get(int want)
 			sa.sa_flags = SA_SIGINFO | SA_RESTART;
 			sigfillset(&sa.sa_mask);
 			if (sigaction(s, &sa, &sig_old))
-				return pvhint__fail(-errno, "emu: cannot install the stop handler: %s",
+				return pvhint__fail(-errno,
+						    "emu: cannot install the stop handler: %s",
 						    strerror(errno));
 			sig_no = s;
 			sig_refs = 1;
@@ -367,7 +368,8 @@ static bool in_kernel_wait(const struct emu_thr *t)
 static bool send_stop(struct pvhint_emu *e, struct emu_vcpu *vc, struct emu_thr *t)
 {
 	if (__atomic_load_n(&t->state, __ATOMIC_SEQ_CST) != THR_RUN)
-		return false; /* parked (unpark checks hold) or already stopping (handler re-checks) */
+		return false; /* parked (unpark checks hold) or already stopping (handler re-checks)
+			       */
 	if (in_kernel_wait(t)) {
 		if (!t->kblocked)
 			vc->kernel_skips++;
@@ -498,7 +500,8 @@ static uint64_t step_slice(struct pvhint_emu *e, uint64_t now)
 			nrun += runnable(&e->vc[p + i * P]);
 		bool cur_ok = cur >= 0 && runnable(&e->vc[cur]);
 		if (!cur_ok || (nrun > 1 && now >= e->slice_end[p])) {
-			/* Round robin: the next runnable vCPU after cur in the ring of this pCPU. */
+			/* Round robin: the next runnable vCPU after cur in the ring of this pCPU.
+			 */
 			unsigned start = cur >= 0 ? (unsigned)cur / P : 0;
 			int pick = -1;
 			for (unsigned k = 1; k <= n; k++) {
@@ -668,9 +671,9 @@ int pvhint__emu_open(struct pvhint_impl *im, const char *spec, const char *label
 	}
 	for (unsigned p = 0; p < c.pcpus; p++)
 		e->cur[p] = -1;
-	err = pvhint__page_alloc(im, PVHINT_SOURCE_EMU, c.vcpus,
-				 PVHINT_VALID_STEAL | PVHINT_VALID_PREEMPTED |
-					 PVHINT_VALID_IS_IDLE);
+	err =
+	    pvhint__page_alloc(im, PVHINT_SOURCE_EMU, c.vcpus,
+			       PVHINT_VALID_STEAL | PVHINT_VALID_PREEMPTED | PVHINT_VALID_IS_IDLE);
 	if (err)
 		goto fail_mem;
 	e->rec = pvhint__rec_w(im);
@@ -895,7 +898,8 @@ int pvhint_emu_detach(pvhint_t *h)
 		return h ? -ENOTSUP : -EINVAL;
 	struct emu_thr *t = emu_self;
 	if (!t || (thr_emu(t) != e && thr_emu(t)))
-		return pvhint__fail(-EINVAL, "pvhint_emu_detach: thread not attached to this handle");
+		return pvhint__fail(-EINVAL,
+				    "pvhint_emu_detach: thread not attached to this handle");
 	if (exit_key != (pthread_key_t)-1)
 		pthread_setspecific(exit_key, NULL);
 	thr_release(t);

@@ -19,7 +19,7 @@ struct emu_conf {
 	uint64_t quantum, period, ack_timeout; /* ns */
 	double duty;
 	uint64_t seed;
-	int sig; /* 0: choose a free real-time signal */
+	int sig;     /* 0: choose a free real-time signal */
 	unsigned rt; /* try SCHED_FIFO for the control thread */
 };
 
@@ -74,8 +74,8 @@ struct pvhint_emu {
 	bool ctl_started, exiting;
 	struct pvhint_record *rec;
 	struct emu_vcpu *vc;
-	int *cur;	    /* slice: the vCPU each pCPU runs (-1: idle) */
-	bool *busy;	    /* per pCPU: some vCPU on it runs (is_idle) */
+	int *cur;	     /* slice: the vCPU each pCPU runs (-1: idle) */
+	bool *busy;	     /* per pCPU: some vCPU on it runs (is_idle) */
 	uint64_t *slice_end; /* slice: when the pCPU's current slice ends */
 	unsigned next_attach;
 	uint64_t t0, rng, last_flush;

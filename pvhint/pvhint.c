@@ -134,12 +134,13 @@ int pvhint_open(const struct pvhint_options *opts, pvhint_t **out)
 		 */
 		err = pvhint__kvm_open(im, kvm_path);
 		if (err) {
-			snprintf(im->note, sizeof(im->note), "auto: %s; using none", pvhint_errmsg());
+			snprintf(im->note, sizeof(im->note), "auto: %s; using none",
+				 pvhint_errmsg());
 			err = pvhint__none_open(im);
 		}
 	} else {
-		err = pvhint__fail(-EINVAL, "%s='%s': unknown hint source (accepted: %s)", what, src,
-				   accepted);
+		err = pvhint__fail(-EINVAL, "%s='%s': unknown hint source (accepted: %s)", what,
+				   src, accepted);
 	}
 	if (err) {
 		free(im);

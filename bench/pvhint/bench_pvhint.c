@@ -89,7 +89,7 @@ static void BM_self_vcpu(pvrt_bench_state *st)
 	pvrt_bench_do_not_optimize(acc);
 	if (how == 1)
 		pvhint_emu_detach(hs[SRC_EMU]);
-	pvrt_bench_set_label(st, how == 0	? "rseq cpu_id"
+	pvrt_bench_set_label(st, how == 0   ? "rseq cpu_id"
 				 : how == 1 ? "emu-attached (TLS)"
 					    : "sched_getcpu");
 }
@@ -227,9 +227,9 @@ int main(int argc, char **argv)
 	    pvhint_open(&(struct pvhint_options){.source = "none"}, &hs[SRC_NONE]) ||
 	    pvhint_open(&(struct pvhint_options){.source = "kvm", .kvm_path = kvm_path},
 			&hs[SRC_KVM]) ||
-	    pvhint_open(&(struct pvhint_options){.source = "emu",
-						 .emu = "vcpus=8,mode=random,period=1ms"},
-			&hs[SRC_EMU]) ||
+	    pvhint_open(
+		&(struct pvhint_options){.source = "emu", .emu = "vcpus=8,mode=random,period=1ms"},
+		&hs[SRC_EMU]) ||
 	    pvhint_open(&(struct pvhint_options){.source = "emu", .emu = "vcpus=2,mode=script"},
 			&hscript)) {
 		fprintf(stderr, "bench_pvhint: %s\n", pvhint_errmsg());
@@ -244,9 +244,9 @@ int main(int argc, char **argv)
 	for (int64_t how = 0; how < 3; how++)
 		pvrt_bench_args(pvrt_bench_register("BM_self_vcpu", BM_self_vcpu), 1, &how);
 	pvrt_bench_unit_us(
-		pvrt_bench_manual_time(pvrt_bench_register("BM_emu_deschedule", BM_emu_deschedule)));
+	    pvrt_bench_manual_time(pvrt_bench_register("BM_emu_deschedule", BM_emu_deschedule)));
 	pvrt_bench_unit_us(
-		pvrt_bench_manual_time(pvrt_bench_register("BM_emu_resume", BM_emu_resume)));
+	    pvrt_bench_manual_time(pvrt_bench_register("BM_emu_resume", BM_emu_resume)));
 	int rc = pvrt_bench_main(argc, argv);
 	for (int s = 0; s < NSRC; s++)
 		pvhint_close(hs[s]);

@@ -80,9 +80,9 @@ static void spin_lock(struct run *r, struct worker *w)
 		if (!pvhint_vcpu_preempted(r->h, owner))
 			continue; /* the owner runs: it will release soon, keep spinning */
 		/* The owner is descheduled: spinning is useless. Park (bounded) until released. */
-		if (!(v & WAITERS) && !__atomic_compare_exchange_n(&r->lock, &v, v | WAITERS, false,
-								   __ATOMIC_RELAXED,
-								   __ATOMIC_RELAXED))
+		if (!(v & WAITERS) &&
+		    !__atomic_compare_exchange_n(&r->lock, &v, v | WAITERS, false, __ATOMIC_RELAXED,
+						 __ATOMIC_RELAXED))
 			continue;
 		struct timespec ts = {0, 2000000};
 		pvhint_thread_park(r->h);
@@ -160,9 +160,9 @@ static int run_once(const char *spec, bool hints, double seconds, struct result 
 			stopped0 += (double)st.stopped_ns / 1e6;
 	}
 	uint64_t t0 = now_ns();
-	nanosleep(&(struct timespec){(time_t)seconds,
-				     (long)((seconds - (double)(time_t)seconds) * 1e9)},
-		  NULL);
+	nanosleep(
+	    &(struct timespec){(time_t)seconds, (long)((seconds - (double)(time_t)seconds) * 1e9)},
+	    NULL);
 	__atomic_store_n(&r.stop, 1, __ATOMIC_RELAXED);
 	double span = (double)(now_ns() - t0);
 	memset(res, 0, sizeof(*res));
@@ -222,9 +222,10 @@ int main(int argc, char **argv)
 			quantum = optarg;
 			break;
 		case 'h':
-			printf("usage: pvrt-demo [--seconds S (3)] [--quantum Q (3ms)]\n"
-			       "Runs a spinlock-protected counter on emulated vCPUs, undercommitted "
-			       "and 2x overcommitted, and prints the cost.\n");
+			printf(
+			    "usage: pvrt-demo [--seconds S (3)] [--quantum Q (3ms)]\n"
+			    "Runs a spinlock-protected counter on emulated vCPUs, undercommitted "
+			    "and 2x overcommitted, and prints the cost.\n");
 			return 0;
 		default:
 			return 2;

@@ -28,6 +28,14 @@
  * acknowledged (bounded by ack_timeout). On resume, holds are cleared and the threads woken first,
  * then 'preempted' is cleared: the flag is set before the stop and cleared once the vCPU runs.
  *
+ * Switching. In slice and noisy modes the control side does not wait for the acks before giving
+ * the pCPU to the next vCPU: once the stop signal is queued, the thread runs no more user code
+ * (a running thread is kicked into the kernel at once; one waiting for a CPU takes the signal on
+ * its way back to user mode, before any user instruction), so waiting would only add the
+ * machine's scheduling delay to every switch. Requests not acknowledged within ack_timeout are
+ * ended by reap_acks(). pvhint_emu_deschedule() (script mode) does wait: its caller expects the
+ * stop complete.
+ *
  * No EINTR. A signal handler that interrupts a blocking system call makes calls that never restart
  * (epoll_wait, poll, select, nanosleep, timed futex waits, ...) fail with EINTR even with
  * SA_RESTART. So the emulator never signals a thread that is blocked in the kernel:
@@ -388,6 +396,7 @@ static bool send_stop(struct pvhint_emu *e, struct emu_vcpu *vc, struct emu_thr 
 	si.si_pid = getpid();
 	si.si_uid = getuid();
 	si.si_value.sival_ptr = (void *)&stop_cookie;
+	t->stop_sent = now_ns();
 	__atomic_fetch_add(&inflight, 1, __ATOMIC_RELAXED); /* before the handler can run */
 	if (syscall(SYS_rt_tgsigqueueinfo, getpid(), t->tid, sig_no, &si)) {
 		__atomic_fetch_sub(&inflight, 1, __ATOMIC_RELAXED);
@@ -428,13 +437,18 @@ static void wait_acks(struct pvhint_emu *e, struct emu_vcpu *vc)
 	}
 }
 
-static void stop_vcpu(struct pvhint_emu *e, unsigned v, uint64_t now)
+/*
+ * Deschedule v: flag, holds, signals. Returns whether a signal was sent; the caller then waits
+ * for the acks (stop_wait), after starting the other stops of the same step, so that vCPUs
+ * switched out together stop in parallel.
+ */
+static bool stop_begin(struct pvhint_emu *e, unsigned v, uint64_t now)
 {
 	struct emu_vcpu *vc = &e->vc[v];
 	bool sent = false;
 
 	if (vc->desched)
-		return;
+		return false;
 	vc->desched = true;
 	vc->nr_desched++;
 	publish(e, now); /* 'preempted' first, as the host sets it at vcpu_put */
@@ -442,8 +456,13 @@ static void stop_vcpu(struct pvhint_emu *e, unsigned v, uint64_t now)
 		__atomic_store_n(&t->hold, 1, __ATOMIC_SEQ_CST); /* Dekker: see stop_handler */
 	for (struct emu_thr *t = vc->threads; t; t = t->next)
 		sent |= send_stop(e, vc, t);
-	if (sent)
-		wait_acks(e, vc);
+	return sent;
+}
+
+static void stop_vcpu(struct pvhint_emu *e, unsigned v, uint64_t now)
+{
+	if (stop_begin(e, v, now))
+		wait_acks(e, &e->vc[v]);
 }
 
 static void run_vcpu(struct pvhint_emu *e, unsigned v, uint64_t now)
@@ -479,10 +498,36 @@ static bool poll_kblocked(struct pvhint_emu *e)
 			sent |= send_stop(e, vc, t);
 			any |= t->kblocked;
 		}
-		if (sent)
+		if (sent && e->c.mode == EMU_SCRIPT)
 			wait_acks(e, vc);
 	}
 	return any;
+}
+
+/*
+ * Slice and noisy modes do not wait for acks (see "Switching"); end stop requests older than
+ * ack_timeout here, as wait_acks does, so park() never waits on a signal that cannot land.
+ * Returns the earliest deadline still pending.
+ */
+static uint64_t reap_acks(struct pvhint_emu *e, uint64_t now)
+{
+	uint64_t next = UINT64_MAX;
+
+	for (unsigned v = 0; v < e->c.vcpus; v++) {
+		struct emu_vcpu *vc = &e->vc[v];
+		for (struct emu_thr *t = vc->threads; t; t = t->next) {
+			if (__atomic_load_n(&t->state, __ATOMIC_ACQUIRE) != THR_STOPREQ)
+				continue;
+			uint64_t dl = t->stop_sent + e->c.ack_timeout;
+			uint32_t req = THR_STOPREQ;
+			if (now < dl)
+				next = next < dl ? next : dl;
+			else if (__atomic_compare_exchange_n(&t->state, &req, THR_RUN, false,
+							     __ATOMIC_SEQ_CST, __ATOMIC_RELAXED))
+				vc->ack_timeouts++;
+		}
+	}
+	return next;
 }
 
 /* ---- the modes (emu->lock held); each returns the time of its next event ---- */
@@ -518,11 +563,13 @@ static uint64_t step_slice(struct pvhint_emu *e, uint64_t now)
 			next = next < e->slice_end[p] ? next : e->slice_end[p];
 	}
 	/* Stop the outgoing vCPUs before starting the incoming ones: never two on one pCPU. */
+	bool sent = false;
 	for (unsigned v = 0; v < V; v++) {
 		int cur = e->cur[v % P];
 		if (cur >= 0 && cur != (int)v)
-			stop_vcpu(e, v, now);
+			sent |= stop_begin(e, v, now);
 	}
+	(void)sent; /* no ack wait: see "Switching" above */
 	for (unsigned v = 0; v < V; v++) {
 		int cur = e->cur[v % P];
 		if (cur < 0 || cur == (int)v)
@@ -536,6 +583,7 @@ static uint64_t step_noisy(struct pvhint_emu *e, uint64_t now)
 	unsigned V = e->c.vcpus;
 	uint64_t period = e->c.period, on = (uint64_t)(e->c.duty * (double)period);
 	uint64_t next = UINT64_MAX;
+	bool sent = false;
 
 	for (unsigned v = 0; v < V; v++) {
 		uint64_t ph = (now - e->t0 + (uint64_t)v * period / V) % period;
@@ -544,8 +592,9 @@ static uint64_t step_noisy(struct pvhint_emu *e, uint64_t now)
 		next = next < at ? next : at;
 		e->vc[v].neighbour = active;
 		if (active)
-			stop_vcpu(e, v, now);
+			sent |= stop_begin(e, v, now);
 	}
+	(void)sent; /* no ack wait: see "Switching" above */
 	for (unsigned v = 0; v < V; v++)
 		if (!e->vc[v].neighbour)
 			run_vcpu(e, v, now);
@@ -622,6 +671,8 @@ static void *control_main(void *arg)
 		now = now_ns();
 		if (poll_kblocked(e) && next > now + 1000000)
 			next = now + 1000000;
+		uint64_t reap = reap_acks(e, now);
+		next = next < reap ? next : reap;
 		/* Keep steal current during long preemptions (pvhint-top shows a rate). */
 		bool any_pre = false;
 		for (unsigned v = 0; v < e->c.vcpus; v++)

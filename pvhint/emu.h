@@ -48,6 +48,7 @@ struct emu_thr {
 	int statfd;		/* /proc/thread-self/stat of this thread: R or sleeping */
 	bool kblocked;		/* control side: left alone because blocked in the kernel */
 	uint32_t deferred;	/* a stop landed while the thread held an emulator lock */
+	uint64_t stop_sent;	/* control side: when the pending stop signal was sent */
 	/* Written by the thread (handler), read by pvhint_emu_stats. */
 	uint64_t stops, stopped_ns, eintr;
 	struct emu_thr *next; /* the vCPU's list (emu->lock) */

@@ -267,9 +267,9 @@ int main(int argc, char **argv)
 	double tot = 0;
 	for (unsigned i = 0; i < ro.vcpus; i++)
 		tot += ro.desched_ms[i];
-	printf("\nIn 2x overcommit each vCPU was descheduled %.0f%% of the time (threads really "
-	       "stopped: %.0f ms in all).\n",
-	       tot / ro.vcpus / (seconds * 10), ro.stopped_ms);
+	printf("\nIn 2x overcommit each vCPU was descheduled %.0f%% of the time; its thread was "
+	       "really stopped then.\n",
+	       tot / ro.vcpus / (seconds * 10));
 	printf("Cost of overcommit: throughput %.2fx lower than undercommitted with the same "
 	       "number of CPUs\n(lock-holder preemption: waiters spin while the owner's vCPU "
 	       "is descheduled).\n",

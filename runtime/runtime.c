@@ -124,6 +124,7 @@ struct settings {
 	const struct pvrt_sched_policy *pol;
 	uint64_t poll_min, poll_max;
 	int eager;
+	uint64_t slack;
 };
 
 static int configure(const struct pvrt_config *c, struct settings *s)
@@ -217,6 +218,16 @@ static int configure(const struct pvrt_config *c, struct settings *s)
 	else
 		return failf(-EINVAL, "PVRT_TIMER: unknown mode '%s' (accepted: lazy, eager)%s", tm,
 			     "");
+	if (c->timer_slack_ns < -1 || c->timer_slack_ns > 1000000000)
+		return pvrt_fail(-EINVAL, "pvrt_init: timer_slack_ns must be -1 or 0..1 s");
+	s->slack = c->timer_slack_ns == -1 ? 0 : (uint64_t)c->timer_slack_ns;
+	if (!c->timer_slack_ns) {
+		s->slack = 50000;
+		if ((e = env_or(NULL, "PVRT_TIMER_SLACK_NS")) &&
+		    (parse_u64(e, &s->slack, false) || s->slack > 1000000000))
+			return failf(-EINVAL, "PVRT_TIMER_SLACK_NS: '%s' is not a number of ns%s", e,
+				     "");
+	}
 	return 0;
 }
 
@@ -535,6 +546,7 @@ int pvrt_init(const struct pvrt_config *c)
 	pvrt_rt.poll_min = s.poll_min;
 	pvrt_rt.poll_max = s.poll_max;
 	pvrt_rt.eager_timers = s.eager;
+	pvrt_rt.timer_slack = s.slack;
 	pvrt_rt.w = pvrt_alloc(s.nw * sizeof(*pvrt_rt.w));
 	if (!pvrt_rt.w)
 		goto nomem;

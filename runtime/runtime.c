@@ -100,7 +100,7 @@ static int parse_cpus(const char *s, cpu_set_t *set)
 			return -EINVAL;
 		for (unsigned long c = a; c <= b; c++)
 			CPU_SET(c, set);
-		if (*p == ',')
+		if (*p == ',' && p[1])
 			p++;
 		else if (*p)
 			return -EINVAL;
@@ -643,12 +643,18 @@ int pvrt_finalize(void)
 	if (pvrt_ult_current() != pvrt_rt.primary)
 		return pvrt_fail(-EPERM, "pvrt_finalize: only the primary ULT (the thread that "
 					 "called pvrt_init) may finalize");
-	/* Wait for every other ULT; ult_exit wakes us when the count drops to 0. */
+	/* Wait for every other ULT; ult_exit wakes us when the count drops to 0. Then the
+	 * primary's own key values are destroyed, as if it exited (their destructors may still
+	 * use the runtime, so wait again afterwards). */
 	for (;;) {
 		uint32_t n = __atomic_load_n(&pvrt_rt.nlive, __ATOMIC_ACQUIRE);
-		if (!n)
+		if (n) {
+			pvrt_futex_wait(&pvrt_rt.nlive, n, CLOCK_MONOTONIC, NULL);
+			continue;
+		}
+		if (!pvrt_rt.primary->keys)
 			break;
-		pvrt_futex_wait(&pvrt_rt.nlive, n, CLOCK_MONOTONIC, NULL);
+		pvrt_keys_run_destructors(&pvrt_rt.primary->keys);
 	}
 	pthread_mutex_lock(&life_lock);
 	stop_workers(pvrt_rt.nw);

@@ -116,6 +116,15 @@ static void futex_wake(uint32_t *addr)
 	syscall(SYS_futex, addr, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
 }
 
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#elif defined(__aarch64__)
+	__asm__ volatile("yield");
+#endif
+}
+
 static inline struct pvhint_emu *thr_emu(const struct emu_thr *t)
 {
 	/* Relaxed: only compared with a handle the caller keeps open; changed under glock. */
@@ -412,9 +421,17 @@ static bool send_stop(struct pvhint_emu *e, struct emu_vcpu *vc, struct emu_thr 
 /* Wait (bounded) until every thread of vc that was sent the signal acknowledged it. */
 static void wait_acks(struct pvhint_emu *e, struct emu_vcpu *vc)
 {
-	uint64_t deadline = now_ns() + e->c.ack_timeout;
+	uint64_t start = now_ns(), deadline = start + e->c.ack_timeout;
 
 	for (struct emu_thr *t = vc->threads; t; t = t->next) {
+		/*
+		 * A running thread acks within tens of microseconds; poll that long before
+		 * sleeping, as a futex sleep would add the caller's own wake-up delay to every
+		 * stop.
+		 */
+		while (__atomic_load_n(&t->state, __ATOMIC_ACQUIRE) == THR_STOPREQ &&
+		       now_ns() - start < 30000)
+			cpu_relax();
 		for (;;) {
 			/* acquire: pairs with the handler's ack store */
 			if (__atomic_load_n(&t->state, __ATOMIC_ACQUIRE) != THR_STOPREQ)
@@ -437,11 +454,7 @@ static void wait_acks(struct pvhint_emu *e, struct emu_vcpu *vc)
 	}
 }
 
-/*
- * Deschedule v: flag, holds, signals. Returns whether a signal was sent; the caller then waits
- * for the acks (stop_wait), after starting the other stops of the same step, so that vCPUs
- * switched out together stop in parallel.
- */
+/* Deschedule v: flag, holds, signals. Returns whether a signal was sent (acks to wait for). */
 static bool stop_begin(struct pvhint_emu *e, unsigned v, uint64_t now)
 {
 	struct emu_vcpu *vc = &e->vc[v];

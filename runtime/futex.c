@@ -1,55 +1,280 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * pvrt_futex for threads that are not ULTs: the kernel futex, private to the
- * process. (The runtime routes ULT waiters through its own wait queues.)
+ * pvrt_futex: kernel-futex semantics for ULTs and threads alike (see futex.h).
+ *
+ * Waiters queue in one of PVRT_FUTEX_BUCKETS hash buckets keyed by address; the waiter record
+ * lives on the waiter's own stack (a blocked ULT's stack stays put, so no allocation). Each
+ * bucket has a lock; nothing else is shared.
+ *
+ * No lost wake-ups. A waiter takes the bucket lock, compares *addr with 'expected' and queues
+ * itself while holding the lock; a waker first changes *addr (its own business, before calling
+ * pvrt_futex_wake), then takes the lock to dequeue waiters. Either the waker's lock section
+ * comes first, so its store to *addr happened before our comparison and we return -EAGAIN, or
+ * ours does, so the waker finds us queued. A ULT keeps holding the bucket lock until it has
+ * switched away (the lock is released by the next context as the switch's post action), so a
+ * waker can never make it ready while it still runs on its stack. A foreign thread instead waits
+ * in the kernel on a word of its own record; the waker sets that word and wakes it.
+ *
+ * Timeouts. A ULT's deadline is a timer of its worker (timer.c), added before the bucket lock
+ * is taken, because timers fire under the heap lock and then take the bucket lock (the lock
+ * order is heap lock, then bucket lock). Whoever dequeues the record under the bucket lock --
+ * the waker or the timer -- is the one that makes the ULT ready, so it is woken exactly once. A
+ * foreign thread uses the kernel's timeout and, on expiry, dequeues itself under the bucket lock;
+ * if a waker got there first, it waits for the waker's imminent store to its word.
  */
-#include "futex.h"
+#define _GNU_SOURCE
+#include "internal.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <linux/futex.h>
+#include <stddef.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
-static int valid_timespec(const struct timespec *ts)
+#define PVRT_FUTEX_BUCKETS 512u
+
+struct waiter {
+	struct waiter *next, *prev;
+	const uint32_t *addr;
+	struct pvrt_ult *ult; /* NULL: a thread waiting on 'word' */
+	uint32_t word;	      /* thread waiters: 0 waiting, 1 woken */
+	int result;	      /* ULT waiters: 0, or -ETIMEDOUT set by the timer */
+	bool queued;	      /* under the bucket lock */
+	struct pvrt_timer timer;
+};
+
+struct bucket {
+	struct pvrt_lock lock;
+	struct waiter *first, *last;
+} PVRT_ALIGNED;
+
+static struct bucket buckets[PVRT_FUTEX_BUCKETS];
+
+static struct bucket *bucket_of(const uint32_t *addr)
+{
+	uint64_t a = (uint64_t)(uintptr_t)addr;
+	/* Fibonacci hashing of the word address. */
+	return &buckets[((a >> 2) * 0x9E3779B97F4A7C15ull) >> (64 - 9)];
+}
+
+static void enqueue(struct bucket *b, struct waiter *w)
+{
+	w->next = NULL;
+	w->prev = b->last;
+	if (b->last)
+		b->last->next = w;
+	else
+		b->first = w;
+	b->last = w;
+	w->queued = true;
+}
+
+static void dequeue(struct bucket *b, struct waiter *w)
+{
+	if (w->prev)
+		w->prev->next = w->next;
+	else
+		b->first = w->next;
+	if (w->next)
+		w->next->prev = w->prev;
+	else
+		b->last = w->prev;
+	w->queued = false;
+}
+
+static bool valid_timespec(const struct timespec *ts)
 {
 	return ts->tv_sec >= 0 && ts->tv_nsec >= 0 && ts->tv_nsec < 1000000000L;
+}
+
+void pvrt_lock_slow(struct pvrt_lock *l)
+{
+	for (int i = 0; i < PVRT_LOCK_SPINS; i++) {
+		pvrt_cpu_relax();
+		uint32_t z = 0;
+		if (__atomic_load_n(&l->v, __ATOMIC_RELAXED) == 0 &&
+		    __atomic_compare_exchange_n(&l->v, &z, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+			return;
+	}
+	/* Mark contended (2) and sleep until the holder's release wakes us. */
+	while (__atomic_exchange_n(&l->v, 2, __ATOMIC_ACQUIRE) != 0)
+		syscall(SYS_futex, &l->v, FUTEX_WAIT | FUTEX_PRIVATE_FLAG, 2, NULL, NULL, 0);
+}
+
+/* The kernel futex, errno preserved; returns 0, -EAGAIN, -ETIMEDOUT or -EINTR. */
+static int kwait(uint32_t *addr, uint32_t val, clockid_t clk, const struct timespec *abstime)
+{
+	int op = FUTEX_WAIT_BITSET | FUTEX_PRIVATE_FLAG;
+	if (clk == CLOCK_REALTIME)
+		op |= FUTEX_CLOCK_REALTIME;
+	int saved = errno;
+	long r = syscall(SYS_futex, addr, op, val, abstime, NULL, FUTEX_BITSET_MATCH_ANY);
+	int err = r == 0 ? 0 : errno;
+	errno = saved;
+	return -err;
+}
+
+static void kwake(uint32_t *addr, int n)
+{
+	int saved = errno;
+	syscall(SYS_futex, addr, FUTEX_WAKE | FUTEX_PRIVATE_FLAG, n, NULL, NULL, 0);
+	errno = saved;
+}
+
+static uint64_t ts_ns(const struct timespec *ts)
+{
+	return (uint64_t)ts->tv_sec * 1000000000ull + (uint64_t)ts->tv_nsec;
+}
+
+/* Runs on the timer's worker, under its heap lock (see the file comment). */
+static void waiter_timeout(struct pvrt_timer *t)
+{
+	struct waiter *wr = (struct waiter *)((char *)t - offsetof(struct waiter, timer));
+	struct bucket *b = bucket_of(wr->addr);
+	pvrt_lock_acquire(&b->lock);
+	bool mine = wr->queued;
+	if (mine) {
+		dequeue(b, wr);
+		wr->result = -ETIMEDOUT;
+	}
+	struct pvrt_ult *u = wr->ult;
+	pvrt_lock_release(&b->lock);
+	/* If not mine, a waker dequeued it and readies it; the record stays valid until the
+	 * ULT's timer_cancel gets the heap lock we hold. */
+	if (mine)
+		pvrt_ult_ready(u);
+}
+
+static void post_unlock(struct pvrt_worker *w, void *lock)
+{
+	(void)w;
+	pvrt_lock_release(lock);
+}
+
+static int ult_wait(struct pvrt_ult *self, uint32_t *addr, uint32_t expected, clockid_t clk,
+		    const struct timespec *abstime)
+{
+	struct waiter wr = {.addr = addr, .ult = self};
+	struct bucket *b = bucket_of(addr);
+	if (abstime) {
+		/* Deadlines on CLOCK_REALTIME become monotonic now; later clock jumps are not
+		 * followed (a documented difference from the kernel futex). */
+		uint64_t now = pvrt_now_ns(), dl;
+		if (clk == CLOCK_REALTIME) {
+			struct timespec rt;
+			clock_gettime(CLOCK_REALTIME, &rt);
+			int64_t left = (int64_t)(ts_ns(abstime) - ts_ns(&rt));
+			dl = left <= 0 ? now : now + (uint64_t)left;
+		} else {
+			dl = ts_ns(abstime);
+		}
+		if (dl <= now)
+			return __atomic_load_n(addr, __ATOMIC_RELAXED) != expected ? -EAGAIN
+										   : -ETIMEDOUT;
+		wr.timer.deadline = dl;
+		wr.timer.fn = waiter_timeout;
+		/* Added on our worker, which cannot run its timers before we have switched away. */
+		pvrt_timer_add(pvrt_tls_worker, &wr.timer);
+	}
+	pvrt_lock_acquire(&b->lock);
+	/* Relaxed: ordered against the waker's store by the bucket lock (see the file comment). */
+	if (__atomic_load_n(addr, __ATOMIC_RELAXED) != expected) {
+		pvrt_lock_release(&b->lock);
+		if (abstime)
+			pvrt_timer_cancel(&wr.timer);
+		return -EAGAIN;
+	}
+	enqueue(b, &wr);
+	self->wait_addr = addr;
+	__atomic_store_n(&self->state, ULT_BLOCKED, __ATOMIC_RELAXED);
+	/* Switch away still holding the bucket lock; the next context releases it. */
+	pvrt_ult_block(post_unlock, &b->lock);
+	self->wait_addr = NULL;
+	if (abstime)
+		pvrt_timer_cancel(&wr.timer); /* waits out a timer firing concurrently */
+	return wr.result;
+}
+
+static int thread_wait(uint32_t *addr, uint32_t expected, clockid_t clk,
+		       const struct timespec *abstime)
+{
+	struct waiter wr = {.addr = addr};
+	struct bucket *b = bucket_of(addr);
+	pvrt_lock_acquire(&b->lock);
+	if (__atomic_load_n(addr, __ATOMIC_RELAXED) != expected) {
+		pvrt_lock_release(&b->lock);
+		return -EAGAIN;
+	}
+	enqueue(b, &wr);
+	pvrt_lock_release(&b->lock);
+	for (;;) {
+		int r = kwait(&wr.word, 0, clk, abstime);
+		/* Acquire pairs with the waker's release store: its earlier writes are visible. */
+		if (__atomic_load_n(&wr.word, __ATOMIC_ACQUIRE))
+			return 0;
+		if (r == -ETIMEDOUT || (r && r != -EAGAIN && r != -EINTR)) {
+			pvrt_lock_acquire(&b->lock);
+			bool mine = wr.queued;
+			if (mine)
+				dequeue(b, &wr);
+			pvrt_lock_release(&b->lock);
+			if (mine)
+				return r == -ETIMEDOUT ? -ETIMEDOUT : r;
+			/* A waker dequeued us and is about to store 1: wait for it. */
+			while (!__atomic_load_n(&wr.word, __ATOMIC_ACQUIRE))
+				kwait(&wr.word, 0, CLOCK_MONOTONIC, NULL);
+			return 0;
+		}
+	}
 }
 
 int pvrt_futex_wait(uint32_t *addr, uint32_t expected, clockid_t clk,
 		    const struct timespec *abstime)
 {
-	int op = FUTEX_WAIT_BITSET | FUTEX_PRIVATE_FLAG;
-
-	if (clk == CLOCK_REALTIME)
-		op |= FUTEX_CLOCK_REALTIME;
-	else if (clk != CLOCK_MONOTONIC)
+	if (clk != CLOCK_REALTIME && clk != CLOCK_MONOTONIC)
 		return -EINVAL;
 	if (abstime && !valid_timespec(abstime))
 		return -EINVAL;
-	/* Interposed pthread calls must not change errno as glibc's do not. */
-	int saved = errno;
-	/* The kernel compares *addr with expected under its bucket lock: no lost wake-up. */
-	long r = syscall(SYS_futex, addr, op, expected, abstime, NULL, FUTEX_BITSET_MATCH_ANY);
-	int err = r == 0 ? 0 : errno;
-	errno = saved;
-	switch (err) {
-	case 0:
-		return 0;
-	case EAGAIN:
-		return -EAGAIN;
-	case ETIMEDOUT:
-		return -ETIMEDOUT;
-	case EINTR:
-		return 0; /* a spurious wake-up as far as the caller is concerned */
-	default:
-		return -err;
-	}
+	struct pvrt_ult *self = pvrt_ult_current();
+	if (self)
+		return ult_wait(self, addr, expected, clk, abstime);
+	return thread_wait(addr, expected, clk, abstime);
 }
 
 int pvrt_futex_wake(uint32_t *addr, int n)
 {
-	int saved = errno;
-	long r = syscall(SYS_futex, addr, FUTEX_WAKE | FUTEX_PRIVATE_FLAG, n, NULL, NULL, 0);
-	errno = saved;
-	return r < 0 ? 0 : (int)r;
+	if (n <= 0)
+		return 0;
+	struct bucket *b = bucket_of(addr);
+	struct waiter *list = NULL, **tail = &list;
+	int cnt = 0;
+	pvrt_lock_acquire(&b->lock);
+	for (struct waiter *wr = b->first, *nx; wr && cnt < n; wr = nx) {
+		nx = wr->next;
+		if (wr->addr != addr)
+			continue;
+		dequeue(b, wr);
+		wr->next = NULL;
+		*tail = wr;
+		tail = &wr->next;
+		cnt++;
+	}
+	pvrt_lock_release(&b->lock);
+	/* Records stay valid until their owner is readied / its word is set: read next first. */
+	while (list) {
+		struct waiter *wr = list;
+		list = wr->next;
+		if (wr->ult) {
+			pvrt_ult_ready(wr->ult);
+		} else {
+			uint32_t *word = &wr->word;
+			/* Release: the waiter sees what we did before waking it. After this store
+			 * the record may be gone; a kernel wake on a dead address is harmless
+			 * (at worst a spurious wake-up, which every waiter tolerates). */
+			__atomic_store_n(word, 1, __ATOMIC_RELEASE);
+			kwake(word, 1);
+		}
+	}
+	return cnt;
 }

@@ -1,0 +1,23 @@
+/* SPDX-License-Identifier: MIT */
+/* AArch64: the initial frame of a fresh context (see switch.S for the layout). */
+#include "../ctx.h"
+
+#include <stdint.h>
+
+void pvrt_ctx_trampoline(void);
+
+void *pvrt_ctx_make(void *top, void (*entry)(void *), void *arg)
+{
+	uint64_t fpcr;
+	/* Inherit the caller's rounding mode and trap enables, as POSIX threads do. */
+	__asm__ volatile("mrs %0, fpcr" : "=r"(fpcr));
+	uint64_t *sp = (uint64_t *)(((uintptr_t)top & ~(uintptr_t)15) - 176);
+	for (int i = 0; i < 22; i++)
+		sp[i] = 0;
+	sp[0] = (uint64_t)entry;		/* x19 */
+	sp[1] = (uint64_t)arg;			/* x20 */
+	sp[10] = 0;				/* x29: ends frame-pointer chains */
+	sp[11] = (uint64_t)pvrt_ctx_trampoline; /* x30: where the switch "returns" */
+	sp[20] = fpcr;
+	return sp;
+}

@@ -1,0 +1,65 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * AArch64 (AAPCS64) context switch.
+ *
+ * Frame on the suspended stack, 176 bytes from the saved stack pointer:
+ *   +0   x19..x28   +80  x29 (fp), x30 (lr: where the context resumes)
+ *   +96  d8..d15    +160 FPCR
+ * x19-x29, sp, the low 64 bits of v8-v15 and FPCR are preserved across calls in AAPCS64.
+ */
+	.text
+	.globl	pvrt_ctx_switch
+	.hidden	pvrt_ctx_switch
+	.type	pvrt_ctx_switch, %function
+	.p2align 4
+pvrt_ctx_switch: /* x0 = void **save, x1 = void *to */
+	.cfi_startproc
+	sub	sp, sp, #176
+	stp	x19, x20, [sp, #0]
+	stp	x21, x22, [sp, #16]
+	stp	x23, x24, [sp, #32]
+	stp	x25, x26, [sp, #48]
+	stp	x27, x28, [sp, #64]
+	stp	x29, x30, [sp, #80]
+	stp	d8, d9, [sp, #96]
+	stp	d10, d11, [sp, #112]
+	stp	d12, d13, [sp, #128]
+	stp	d14, d15, [sp, #144]
+	mrs	x9, fpcr
+	str	x9, [sp, #160]
+	mov	x9, sp
+	str	x9, [x0]
+	mov	sp, x1
+	ldp	x19, x20, [sp, #0]
+	ldp	x21, x22, [sp, #16]
+	ldp	x23, x24, [sp, #32]
+	ldp	x25, x26, [sp, #48]
+	ldp	x27, x28, [sp, #64]
+	ldp	x29, x30, [sp, #80]
+	ldp	d8, d9, [sp, #96]
+	ldp	d10, d11, [sp, #112]
+	ldp	d12, d13, [sp, #128]
+	ldp	d14, d15, [sp, #144]
+	ldr	x9, [sp, #160]
+	msr	fpcr, x9
+	add	sp, sp, #176
+	ret
+	.cfi_endproc
+	.size	pvrt_ctx_switch, .-pvrt_ctx_switch
+
+/* First code of a fresh context: entry in x19, its argument in x20 (see ctx.c). */
+	.globl	pvrt_ctx_trampoline
+	.hidden	pvrt_ctx_trampoline
+	.type	pvrt_ctx_trampoline, %function
+	.p2align 4
+pvrt_ctx_trampoline:
+	.cfi_startproc
+	.cfi_undefined x30
+	mov	x29, #0
+	mov	x0, x20
+	blr	x19
+	brk	#0	/* entry must not return */
+	.cfi_endproc
+	.size	pvrt_ctx_trampoline, .-pvrt_ctx_trampoline
+
+	.section .note.GNU-stack,"",%progbits

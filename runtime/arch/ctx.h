@@ -1,0 +1,29 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Machine contexts of ULTs: the one arch-specific interface of the runtime.
+ *
+ * A suspended context is just its saved stack pointer: pvrt_ctx_switch() pushes the callee-saved
+ * registers (and the floating-point control state the ABI says is preserved across calls: x87
+ * control word and MXCSR on x86-64, FPCR on aarch64) on the current stack, stores the stack
+ * pointer in *save, loads 'to' and pops the same frame from there. No signal mask is saved and no
+ * system call is made; caller-saved registers are the compiler's business since this is a call.
+ *
+ * Implementations: arch/x86_64/ (SysV) and arch/aarch64/ (AAPCS64), one folder per arch.
+ */
+#ifndef PVRT_RUNTIME_ARCH_CTX_H
+#define PVRT_RUNTIME_ARCH_CTX_H
+
+#include <stddef.h>
+
+/* Save the running context in *save and resume the one whose stack pointer is 'to'. */
+void pvrt_ctx_switch(void **save, void *to);
+
+/*
+ * Prepare a fresh context on the stack ending at 'top' (exclusive) so that switching to the
+ * returned stack pointer calls entry(arg) with a correctly aligned stack and an outermost frame
+ * (unwinders stop there). entry must never return. The floating-point control state is inherited
+ * from the caller, as POSIX threads inherit it.
+ */
+void *pvrt_ctx_make(void *top, void (*entry)(void *), void *arg);
+
+#endif /* PVRT_RUNTIME_ARCH_CTX_H */

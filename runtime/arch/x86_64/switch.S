@@ -1,0 +1,60 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * x86-64 SysV context switch.
+ *
+ * Frame pushed on the suspended stack, from the saved stack pointer upwards:
+ *   +0  MXCSR (4 bytes) and x87 control word (2 bytes, at +4)
+ *   +8  r15, r14, r13, r12, rbx, rbp
+ *   +56 return address
+ * rbx, rbp, r12-r15, the x87 control word and MXCSR's control bits are callee-saved in the SysV
+ * ABI, so they are all a cooperative switch must keep; everything else is dead across the call.
+ */
+	.text
+	.globl	pvrt_ctx_switch
+	.hidden	pvrt_ctx_switch
+	.type	pvrt_ctx_switch, @function
+	.p2align 4
+pvrt_ctx_switch: /* rdi = void **save, rsi = void *to */
+	.cfi_startproc
+	pushq	%rbp
+	pushq	%rbx
+	pushq	%r12
+	pushq	%r13
+	pushq	%r14
+	pushq	%r15
+	subq	$8, %rsp
+	stmxcsr	(%rsp)
+	fnstcw	4(%rsp)
+	movq	%rsp, (%rdi)
+	movq	%rsi, %rsp
+	ldmxcsr	(%rsp)
+	fldcw	4(%rsp)
+	addq	$8, %rsp
+	popq	%r15
+	popq	%r14
+	popq	%r13
+	popq	%r12
+	popq	%rbx
+	popq	%rbp
+	ret
+	.cfi_endproc
+	.size	pvrt_ctx_switch, .-pvrt_ctx_switch
+
+/*
+ * First code run by a fresh context: pvrt_ctx_make() put entry in r12 and its argument in r13.
+ * The return address is undefined so that debuggers and unwinders stop here.
+ */
+	.globl	pvrt_ctx_trampoline
+	.hidden	pvrt_ctx_trampoline
+	.type	pvrt_ctx_trampoline, @function
+	.p2align 4
+pvrt_ctx_trampoline:
+	.cfi_startproc
+	.cfi_undefined rip
+	movq	%r13, %rdi
+	callq	*%r12
+	ud2	/* entry must not return */
+	.cfi_endproc
+	.size	pvrt_ctx_trampoline, .-pvrt_ctx_trampoline
+
+	.section .note.GNU-stack,"",@progbits

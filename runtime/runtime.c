@@ -1,0 +1,705 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Runtime life cycle: configuration, workers (one pinned kernel thread per CPU), the scheduler
+ * loop, idle (adaptive halt-polling, then futex park), the stack-overflow handler, statistics.
+ */
+#define _GNU_SOURCE
+#include "internal.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+struct pvrt_rt pvrt_rt;
+
+static __thread const char *errmsg = "no error";
+static __thread char errbuf[160];
+static pthread_mutex_t life_lock = PTHREAD_MUTEX_INITIALIZER;
+
+#define SCHED_STACK (256u * 1024) /* worker 0's scheduler context */
+#define ALTSTACK    (64u * 1024)
+
+int pvrt_fail(int err, const char *msg)
+{
+	errmsg = msg;
+	return err;
+}
+
+static int failf(int err, const char *fmt, const char *a, const char *b)
+{
+	snprintf(errbuf, sizeof(errbuf), fmt, a, b);
+	errmsg = errbuf;
+	return err;
+}
+
+const char *pvrt_errmsg(void)
+{
+	return errmsg;
+}
+
+void pvrt_config_init(struct pvrt_config *c)
+{
+	if (c)
+		memset(c, 0, sizeof(*c));
+}
+
+/* ---------------------------------------------------------------- configuration */
+
+static int parse_u64(const char *s, uint64_t *out, bool suffixes)
+{
+	char *end;
+	if (!s || !*s || *s == '-' || *s == ' ')
+		return -EINVAL;
+	errno = 0;
+	unsigned long long v = strtoull(s, &end, 10);
+	if (errno || end == s)
+		return -EINVAL;
+	uint64_t mul = 1;
+	if (suffixes && *end) {
+		if ((*end == 'k' || *end == 'K') && !end[1])
+			mul = 1024;
+		else if ((*end == 'm' || *end == 'M') && !end[1])
+			mul = 1024 * 1024;
+		else
+			return -EINVAL;
+	} else if (*end) {
+		return -EINVAL;
+	}
+	if (v > UINT64_MAX / mul)
+		return -EINVAL;
+	*out = v * mul;
+	return 0;
+}
+
+/* "0-3,6": CPUs into set. -EINVAL on syntax errors. */
+static int parse_cpus(const char *s, cpu_set_t *set)
+{
+	CPU_ZERO(set);
+	const char *p = s;
+	if (!*p)
+		return -EINVAL;
+	while (*p) {
+		char *end;
+		if (*p < '0' || *p > '9')
+			return -EINVAL;
+		unsigned long a = strtoul(p, &end, 10), b = a;
+		p = end;
+		if (*p == '-') {
+			p++;
+			if (*p < '0' || *p > '9')
+				return -EINVAL;
+			b = strtoul(p, &end, 10);
+			p = end;
+		}
+		if (a > b || b >= CPU_SETSIZE)
+			return -EINVAL;
+		for (unsigned long c = a; c <= b; c++)
+			CPU_SET(c, set);
+		if (*p == ',' && p[1])
+			p++;
+		else if (*p)
+			return -EINVAL;
+	}
+	return 0;
+}
+
+static const char *env_or(const char *given, const char *name)
+{
+	if (given)
+		return given;
+	const char *e = getenv(name);
+	return e && *e ? e : NULL;
+}
+
+struct settings {
+	unsigned nw;
+	int cpus[PVRT_MAX_WORKERS];
+	unsigned ncpus;
+	size_t stack;
+	const struct pvrt_sched_policy *pol;
+	uint64_t poll_min, poll_max;
+	int eager;
+	uint64_t slack;
+};
+
+static int configure(const struct pvrt_config *c, struct settings *s)
+{
+	struct pvrt_config z;
+	if (!c) {
+		pvrt_config_init(&z);
+		c = &z;
+	}
+	cpu_set_t mask, want;
+	if (sched_getaffinity(0, sizeof(mask), &mask))
+		return pvrt_fail(-errno, "pvrt_init: cannot read the affinity mask");
+	const char *cpus = env_or(c->cpus, "PVRT_CPUS");
+	if (cpus) {
+		if (parse_cpus(cpus, &want))
+			return failf(-EINVAL, "PVRT_CPUS: bad CPU list '%s' (e.g. \"0-3,6\")%s", cpus,
+				     "");
+		for (int i = 0; i < CPU_SETSIZE; i++)
+			if (CPU_ISSET(i, &want) && !CPU_ISSET(i, &mask))
+				return failf(-EINVAL,
+					     "PVRT_CPUS: '%s' names a CPU outside the process's "
+					     "affinity mask%s",
+					     cpus, "");
+	} else {
+		want = mask;
+	}
+	s->ncpus = 0;
+	for (int i = 0; i < CPU_SETSIZE && s->ncpus < PVRT_MAX_WORKERS; i++)
+		if (CPU_ISSET(i, &want))
+			s->cpus[s->ncpus++] = i;
+	if (!s->ncpus)
+		return pvrt_fail(-EINVAL, "PVRT_CPUS: no CPU selected");
+
+	s->nw = c->workers;
+	const char *e;
+	if (!s->nw && (e = env_or(NULL, "PVRT_WORKERS"))) {
+		uint64_t v;
+		if (parse_u64(e, &v, false) || v < 1 || v > PVRT_MAX_WORKERS)
+			return failf(-EINVAL, "PVRT_WORKERS: '%s' is not a number in 1..%s", e, "256");
+		s->nw = (unsigned)v;
+	}
+	if (!s->nw)
+		s->nw = s->ncpus;
+	if (s->nw > PVRT_MAX_WORKERS)
+		return pvrt_fail(-EINVAL, "pvrt_init: workers must be in 1..256");
+
+	size_t ps = pvrt_page_size();
+	uint64_t st = c->stack_size;
+	if (!st && (e = env_or(NULL, "PVRT_STACK_SIZE")) &&
+	    (parse_u64(e, &st, true) || !st))
+		return failf(-EINVAL, "PVRT_STACK_SIZE: '%s' is not a size (bytes, or with k/m)%s", e,
+			     "");
+	if (!st)
+		st = 64 * 1024;
+	if (st < PVRT_STACK_MIN || st > PVRT_STACK_MAX)
+		return pvrt_fail(-EINVAL, "PVRT_STACK_SIZE: out of range (16 KiB .. 1 GiB)");
+	s->stack = (st + ps - 1) / ps * ps + ps; /* usable size plus the guard page */
+
+	const char *pol = env_or(c->sched, "PVRT_SCHED");
+	s->pol = pvrt_sched_find(pol ? pol : "random");
+	if (!s->pol)
+		return failf(-EINVAL, "PVRT_SCHED: unknown policy '%s' (accepted: %s)", pol,
+			     pvrt_sched_names());
+
+	s->poll_min = c->poll_min_ns;
+	if (!s->poll_min && (e = env_or(NULL, "PVRT_POLL_MIN_NS")) &&
+	    parse_u64(e, &s->poll_min, false))
+		return failf(-EINVAL, "PVRT_POLL_MIN_NS: '%s' is not a number of ns%s", e, "");
+	if (!s->poll_min)
+		s->poll_min = 10000;
+	s->poll_max = c->poll_max_ns;
+	bool max_given = s->poll_max != 0;
+	if (!max_given && (e = env_or(NULL, "PVRT_POLL_MAX_NS"))) {
+		if (parse_u64(e, &s->poll_max, false))
+			return failf(-EINVAL, "PVRT_POLL_MAX_NS: '%s' is not a number of ns%s", e,
+				     "");
+		max_given = true;
+	}
+	if (!max_given)
+		s->poll_max = 200000;
+	if (s->poll_max > 1000000000ull)
+		return pvrt_fail(-EINVAL, "PVRT_POLL_MAX_NS: at most 1 s");
+	if (s->poll_min > s->poll_max)
+		s->poll_min = s->poll_max;
+
+	const char *tm = env_or(c->timer, "PVRT_TIMER");
+	if (!tm || !strcmp(tm, "lazy"))
+		s->eager = 0;
+	else if (!strcmp(tm, "eager"))
+		s->eager = 1;
+	else
+		return failf(-EINVAL, "PVRT_TIMER: unknown mode '%s' (accepted: lazy, eager)%s", tm,
+			     "");
+	if (c->timer_slack_ns < -1 || c->timer_slack_ns > 1000000000)
+		return pvrt_fail(-EINVAL, "pvrt_init: timer_slack_ns must be -1 or 0..1 s");
+	s->slack = c->timer_slack_ns == -1 ? 0 : (uint64_t)c->timer_slack_ns;
+	if (!c->timer_slack_ns) {
+		s->slack = 50000;
+		if ((e = env_or(NULL, "PVRT_TIMER_SLACK_NS")) &&
+		    (parse_u64(e, &s->slack, false) || s->slack > 1000000000))
+			return failf(-EINVAL, "PVRT_TIMER_SLACK_NS: '%s' is not a number of ns%s", e,
+				     "");
+	}
+	return 0;
+}
+
+/* ---------------------------------------------------------------- stack overflow */
+
+static size_t fmt_u64(char *p, uint64_t v, int base)
+{
+	char t[24];
+	size_t n = 0;
+	do {
+		t[n++] = "0123456789abcdef"[v % (unsigned)base];
+		v /= (unsigned)base;
+	} while (v);
+	for (size_t i = 0; i < n; i++)
+		p[i] = t[n - 1 - i];
+	return n;
+}
+
+static size_t put(char *p, const char *s)
+{
+	size_t n = strlen(s);
+	memcpy(p, s, n);
+	return n;
+}
+
+static void segv_handler(int sig, siginfo_t *si, void *uc)
+{
+	struct pvrt_worker *w = pvrt_tls_worker;
+	struct pvrt_ult *u = w ? w->cur : NULL;
+	uintptr_t a = (uintptr_t)si->si_addr;
+	if (u && u->stack) {
+		uintptr_t lo = (uintptr_t)u->stack, ps = pvrt_page_size();
+		/* The guard page, or just below it (a big frame may jump over it). */
+		if (a < lo + ps && a + 64 * 1024 >= lo) {
+			/* Async-signal-safe formatting; then die of the same SIGSEGV. */
+			char m[256];
+			size_t n = put(m, "pvrt: stack overflow in ULT ");
+			n += fmt_u64(m + n, u->id, 10);
+			n += put(m + n, " (stack of ");
+			n += fmt_u64(m + n, u->stack_len - ps, 10);
+			n += put(m + n, " bytes at 0x");
+			n += fmt_u64(m + n, lo + ps, 16);
+			n += put(m + n, "): fault at 0x");
+			n += fmt_u64(m + n, a, 16);
+			n += put(m + n, " in its guard page\n");
+			ssize_t r = write(STDERR_FILENO, m, n);
+			(void)r;
+			signal(SIGSEGV, SIG_DFL);
+			return; /* the faulting access repeats and kills the process */
+		}
+	}
+	const struct sigaction *o = &pvrt_rt.old_segv;
+	if (o->sa_flags & SA_SIGINFO) {
+		o->sa_sigaction(sig, si, uc);
+	} else if (o->sa_handler == SIG_IGN) {
+		return;
+	} else if (o->sa_handler == SIG_DFL) {
+		signal(SIGSEGV, SIG_DFL);
+	} else {
+		o->sa_handler(sig);
+	}
+}
+
+static void altstack_on(struct pvrt_worker *w, stack_t *old)
+{
+	if (!pvrt_rt.segv_installed)
+		return;
+	w->altstack = mmap(NULL, ALTSTACK, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+			   -1, 0);
+	if (w->altstack == MAP_FAILED) {
+		w->altstack = NULL;
+		return;
+	}
+	stack_t ss = {.ss_sp = w->altstack, .ss_size = ALTSTACK};
+	sigaltstack(&ss, old);
+}
+
+static void altstack_off(struct pvrt_worker *w, const stack_t *old)
+{
+	if (!w->altstack)
+		return;
+	stack_t dis = {.ss_flags = SS_DISABLE};
+	sigaltstack(old && !(old->ss_flags & SS_DISABLE) ? old : &dis, NULL);
+	munmap(w->altstack, ALTSTACK);
+	w->altstack = NULL;
+}
+
+/* ---------------------------------------------------------------- idle */
+
+static void kpark(uint32_t *word, uint64_t deadline)
+{
+	struct timespec ts, *tp = NULL;
+	if (deadline != UINT64_MAX) {
+		ts.tv_sec = (time_t)(deadline / 1000000000ull);
+		ts.tv_nsec = (long)(deadline % 1000000000ull);
+		tp = &ts;
+	}
+	syscall(SYS_futex, word, FUTEX_WAIT_BITSET | FUTEX_PRIVATE_FLAG, 1, tp, NULL,
+		FUTEX_BITSET_MATCH_ANY);
+}
+
+/*
+ * No work found: poll for a while, in the manner of KVM's halt-polling, then park on the
+ * worker's futex word until woken or until its armed timer deadline.
+ *
+ * The poll window adapts per worker: an idle period that ended within poll_max grows it
+ * (doubling from poll_min), a longer one halves it (below poll_min it drops to 0). A worker whose
+ * vCPU is preempted now or lost time to the host since the last idle period does not poll at all:
+ * its physical CPU is contended, and spinning would take time from whoever shares it.
+ */
+static void idle(struct pvrt_worker *w)
+{
+	uint64_t t0 = pvrt_now_ns();
+	bool contended = pvhint_vcpu_preempted(pvrt_rt.hint, w->vcpu);
+	if (pvrt_rt.hint->valid & PVHINT_VALID_STEAL) {
+		uint64_t s = pvhint_steal(pvrt_rt.hint, w->vcpu);
+		contended |= s != w->last_steal;
+		w->last_steal = s;
+	}
+	uint64_t poll = contended ? 0 : w->poll_ns;
+	if (poll) {
+		__atomic_fetch_add(&pvrt_rt.nsearching, 1, __ATOMIC_RELAXED);
+		bool found = false;
+		uint64_t now = t0;
+		while (now - t0 < poll) {
+			for (int i = 0; i < 32; i++)
+				pvrt_cpu_relax();
+			now = pvrt_now_ns();
+			if (pvrt_has_work(w) || pvrt_timers_due(w, now) ||
+			    __atomic_load_n(&pvrt_rt.stop, __ATOMIC_RELAXED)) {
+				found = true;
+				break;
+			}
+		}
+		__atomic_fetch_sub(&pvrt_rt.nsearching, 1, __ATOMIC_RELAXED);
+		if (found) {
+			PVRT_STAT_INC(w, st_polls_found);
+			return;
+		}
+	}
+
+	/*
+	 * Park. Announce it (park_word = 1, nparked + 1), then look for work once more. A thread
+	 * that queues work for us queues it, fences, then reads park_word (ult.c, inject_to): with
+	 * seq_cst fences on both sides at least one of us sees the other, so either we find the
+	 * work here or it finds park_word == 1 and wakes us. Work queued on other workers' rings is
+	 * covered the same way through nparked (notify_idle), and stop through pvrt_finalize.
+	 */
+	__atomic_store_n(&w->park_word, 1, __ATOMIC_RELAXED);
+	__atomic_fetch_add(&pvrt_rt.nparked, 1, __ATOMIC_RELAXED);
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	uint64_t dl = __atomic_load_n(&w->armed, __ATOMIC_RELAXED);
+	if (!pvrt_has_work(w) && !__atomic_load_n(&pvrt_rt.stop, __ATOMIC_RELAXED) &&
+	    dl > pvrt_now_ns()) {
+		PVRT_STAT_INC(w, st_parks);
+		pvhint_thread_park(pvrt_rt.hint);
+		/* Acquire: a waker's queue writes are visible once we see its 1->0. */
+		while (__atomic_load_n(&w->park_word, __ATOMIC_ACQUIRE) == 1) {
+			kpark(&w->park_word, dl);
+			if (dl != UINT64_MAX && pvrt_now_ns() >= dl)
+				break;
+		}
+		pvhint_thread_unpark(pvrt_rt.hint);
+	}
+	/* Whoever moves park_word 1->0 (we, or a waker) takes us out of nparked. */
+	uint32_t one = 1;
+	if (__atomic_compare_exchange_n(&w->park_word, &one, 0, 0, __ATOMIC_ACQ_REL,
+					__ATOMIC_RELAXED))
+		__atomic_fetch_sub(&pvrt_rt.nparked, 1, __ATOMIC_RELAXED);
+
+	if (contended)
+		return;
+	uint64_t idle_ns = pvrt_now_ns() - t0;
+	if (idle_ns > pvrt_rt.poll_max) {
+		w->poll_ns /= 2;
+		if (w->poll_ns < pvrt_rt.poll_min)
+			w->poll_ns = 0;
+	} else if (w->poll_ns < pvrt_rt.poll_max) {
+		w->poll_ns = w->poll_ns ? w->poll_ns * 2 : pvrt_rt.poll_min;
+		if (w->poll_ns > pvrt_rt.poll_max)
+			w->poll_ns = pvrt_rt.poll_max;
+	}
+}
+
+/* ---------------------------------------------------------------- scheduler loop */
+
+void pvrt_sched_loop(struct pvrt_worker *w)
+{
+	for (;;) {
+		struct pvrt_ult *u = pvrt_local_next(w);
+		if (!u && pvrt_timers_run(w, pvrt_now_ns()))
+			u = pvrt_local_next(w);
+		if (!u)
+			u = pvrt_steal(w);
+		if (u) {
+			pvrt_switch(w, &w->sched, u, NULL, NULL);
+			w = pvrt_worker_cur();
+			continue;
+		}
+		/* Worker 0 never stops here: the primary is running whenever stop is set. */
+		if (w->idx && __atomic_load_n(&pvrt_rt.stop, __ATOMIC_ACQUIRE))
+			return;
+		idle(w);
+	}
+}
+
+static void sched_entry(void *arg)
+{
+	pvrt_after_switch();
+	pvrt_sched_loop(arg);
+	abort(); /* unreachable: see pvrt_sched_loop */
+}
+
+static void *worker_main(void *arg)
+{
+	struct pvrt_worker *w = arg;
+	pvrt_tls_worker = w;
+	stack_t old;
+	altstack_on(w, &old);
+	if (pvrt_rt.emu)
+		pvhint_emu_attach(pvrt_rt.hint, w->vcpu);
+	pthread_attr_t a;
+	if (!pthread_getattr_np(pthread_self(), &a)) {
+		void *lo;
+		size_t sz;
+		if (!pthread_attr_getstack(&a, &lo, &sz)) {
+			w->sched.san.bottom = lo;
+			w->sched.san.size = sz;
+		}
+		pthread_attr_destroy(&a);
+	}
+	pvrt_san_fiber_current(&w->sched.san);
+	w->cur = NULL;
+	pvrt_sched_loop(w);
+	if (pvrt_rt.emu)
+		pvhint_emu_detach(pvrt_rt.hint);
+	altstack_off(w, &old);
+	pvrt_tls_worker = NULL;
+	return NULL;
+}
+
+/* ---------------------------------------------------------------- init / finalize */
+
+struct pvrt_ult *pvrt_primary_alloc(void) PVRT_HIDDEN;
+void pvrt_sched_view_init(struct pvrt_sched_view *v) PVRT_HIDDEN;
+
+static void free_workers(unsigned n)
+{
+	for (unsigned i = 0; i < n; i++) {
+		struct pvrt_worker *w = pvrt_rt.w[i];
+		pvrt_stack_cache_fini(w);
+		pvrt_timers_fini(w);
+		pvrt_free(w, sizeof(*w));
+	}
+	pvrt_free(pvrt_rt.w, pvrt_rt.nw * sizeof(*pvrt_rt.w));
+	pvrt_rt.w = NULL;
+}
+
+static void *sched0_stack;
+static unsigned sched0_vg;
+
+static void stop_workers(unsigned started)
+{
+	/* Seq_cst store, then look at park words: pairs with idle()'s fence (no lost wake-up). */
+	__atomic_store_n(&pvrt_rt.stop, 1, __ATOMIC_SEQ_CST);
+	for (unsigned i = 1; i < started; i++)
+		pvrt_wake_worker(i);
+	for (unsigned i = 1; i < started; i++)
+		pthread_join(pvrt_rt.w[i]->thread, NULL);
+}
+
+static void teardown_primary(void)
+{
+	struct pvrt_worker *w0 = pvrt_rt.w[0];
+	if (pvrt_rt.emu)
+		pvhint_emu_detach(pvrt_rt.hint);
+	if (pvrt_rt.segv_installed) {
+		altstack_off(w0, &pvrt_rt.old_altstack);
+		sigaction(SIGSEGV, &pvrt_rt.old_segv, NULL);
+		pvrt_rt.segv_installed = 0;
+	}
+	pthread_setaffinity_np(pthread_self(), sizeof(pvrt_rt.old_affinity),
+			       &pvrt_rt.old_affinity);
+	pvrt_san_fiber_destroy(&w0->sched.san);
+	if (sched0_stack)
+		pvrt_stack_free(sched0_stack, SCHED_STACK, sched0_vg);
+	sched0_stack = NULL;
+	pvrt_tls_worker = NULL;
+}
+
+int pvrt_init(const struct pvrt_config *c)
+{
+	struct settings s;
+	pthread_mutex_lock(&life_lock);
+	if (pvrt_rt.running) {
+		pthread_mutex_unlock(&life_lock);
+		return pvrt_fail(-EBUSY, "pvrt_init: the runtime is already running");
+	}
+	int r = configure(c, &s);
+	if (r) {
+		pthread_mutex_unlock(&life_lock);
+		return r;
+	}
+	pvhint_t *h;
+	r = pvhint_default(&h);
+	if (r) {
+		pthread_mutex_unlock(&life_lock);
+		return failf(r, "pvrt_init: hint source: %s%s", pvhint_errmsg(), "");
+	}
+	memset(&pvrt_rt, 0, sizeof(pvrt_rt));
+	pvrt_rt.hint = h;
+	pvrt_rt.emu = pvhint_header(h)->source == PVHINT_SOURCE_EMU;
+	pvrt_rt.nw = s.nw;
+	pvrt_rt.pol = s.pol;
+	pvrt_rt.stack_size = s.stack;
+	pvrt_rt.poll_min = s.poll_min;
+	pvrt_rt.poll_max = s.poll_max;
+	pvrt_rt.eager_timers = s.eager;
+	pvrt_rt.timer_slack = s.slack;
+	pvrt_rt.w = pvrt_alloc(s.nw * sizeof(*pvrt_rt.w));
+	if (!pvrt_rt.w)
+		goto nomem;
+	for (unsigned i = 0; i < s.nw; i++) {
+		struct pvrt_worker *w = pvrt_alloc(sizeof(*w));
+		if (!w) {
+			pvrt_rt.nw = i;
+			free_workers(i);
+			goto nomem;
+		}
+		pvrt_rt.w[i] = w;
+		w->idx = i;
+		w->cpu = s.cpus[i % s.ncpus];
+		unsigned nv = pvhint_nr_vcpus(h);
+		w->vcpu = pvrt_rt.emu && nv ? i % nv : (unsigned)w->cpu;
+		w->rng[0] = 0x9E3779B97F4A7C15ull * (i + 1) ^ (uint64_t)pvrt_now_ns();
+		w->armed = UINT64_MAX;
+#if PVRT_INJECT_WFCQ
+		__cds_wfcq_init(&w->inj.head, &w->inj.tail);
+#endif
+	}
+	pvrt_sched_view_init(&pvrt_rt.view);
+
+	/* The calling thread becomes the primary ULT, running on worker 0. */
+	struct pvrt_worker *w0 = pvrt_rt.w[0];
+	struct pvrt_ult *p = pvrt_primary_alloc();
+	if (!p || pvrt_stack_alloc(SCHED_STACK, &sched0_stack, &sched0_vg)) {
+		pvrt_pool_fini();
+		free_workers(s.nw);
+		goto nomem;
+	}
+	pvrt_ult_init_primary(p);
+	pvrt_rt.primary = p;
+	size_t ps = pvrt_page_size();
+	w0->sched.san.bottom = (char *)sched0_stack + ps;
+	w0->sched.san.size = SCHED_STACK - ps;
+	pvrt_san_fiber_create(&w0->sched.san);
+	w0->sched.sp = pvrt_ctx_make((char *)sched0_stack + SCHED_STACK, sched_entry, w0);
+	w0->cur = p;
+	w0->thread = pthread_self();
+	pthread_getaffinity_np(pthread_self(), sizeof(pvrt_rt.old_affinity), &pvrt_rt.old_affinity);
+	cpu_set_t one;
+	CPU_ZERO(&one);
+	CPU_SET(w0->cpu, &one);
+	pthread_setaffinity_np(pthread_self(), sizeof(one), &one);
+	const char *nosegv = getenv("PVRT_NO_SEGV_HANDLER");
+	if (!(c && c->no_segv_handler) && !(nosegv && !strcmp(nosegv, "1"))) {
+		struct sigaction sa;
+		memset(&sa, 0, sizeof(sa));
+		sa.sa_sigaction = segv_handler;
+		sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+		sigemptyset(&sa.sa_mask);
+		if (!sigaction(SIGSEGV, &sa, &pvrt_rt.old_segv))
+			pvrt_rt.segv_installed = 1;
+		altstack_on(w0, &pvrt_rt.old_altstack);
+	}
+	if (pvrt_rt.emu)
+		pvhint_emu_attach(h, w0->vcpu);
+	pvrt_tls_worker = w0;
+	/* Release: workers and creators that see 'running' see the whole runtime. */
+	__atomic_store_n(&pvrt_rt.running, 1, __ATOMIC_RELEASE);
+
+	for (unsigned i = 1; i < s.nw; i++) {
+		struct pvrt_worker *w = pvrt_rt.w[i];
+		pthread_attr_t a;
+		pthread_attr_init(&a);
+		cpu_set_t cs;
+		CPU_ZERO(&cs);
+		CPU_SET(w->cpu, &cs);
+		pthread_attr_setaffinity_np(&a, sizeof(cs), &cs);
+		r = pthread_create(&w->thread, &a, worker_main, w);
+		pthread_attr_destroy(&a);
+		if (r) {
+			stop_workers(i);
+			teardown_primary();
+			pvrt_pool_fini();
+			free_workers(s.nw);
+			__atomic_store_n(&pvrt_rt.running, 0, __ATOMIC_RELEASE);
+			pthread_mutex_unlock(&life_lock);
+			return pvrt_fail(-r, "pvrt_init: cannot start a worker thread");
+		}
+	}
+	pthread_mutex_unlock(&life_lock);
+	return 0;
+nomem:
+	pthread_mutex_unlock(&life_lock);
+	return pvrt_fail(-ENOMEM, "pvrt_init: out of memory");
+}
+
+int pvrt_finalize(void)
+{
+	if (!__atomic_load_n(&pvrt_rt.running, __ATOMIC_ACQUIRE))
+		return pvrt_fail(-ENXIO, "pvrt_finalize: the runtime is not running");
+	if (pvrt_ult_current() != pvrt_rt.primary)
+		return pvrt_fail(-EPERM, "pvrt_finalize: only the primary ULT (the thread that "
+					 "called pvrt_init) may finalize");
+	/* Wait for every other ULT; ult_exit wakes us when the count drops to 0. Then the
+	 * primary's own key values are destroyed, as if it exited (their destructors may still
+	 * use the runtime, so wait again afterwards). */
+	for (;;) {
+		uint32_t n = __atomic_load_n(&pvrt_rt.nlive, __ATOMIC_ACQUIRE);
+		if (n) {
+			pvrt_futex_wait(&pvrt_rt.nlive, n, CLOCK_MONOTONIC, NULL);
+			continue;
+		}
+		if (!pvrt_rt.primary->keys)
+			break;
+		pvrt_keys_run_destructors(&pvrt_rt.primary->keys);
+	}
+	pthread_mutex_lock(&life_lock);
+	stop_workers(pvrt_rt.nw);
+	/* The last exiting ULT on worker 0 may have left its stack to a post action that ran
+	 * when we resumed: all post actions are done now that every worker has stopped. */
+	teardown_primary();
+	pvrt_pool_fini();
+	free_workers(pvrt_rt.nw);
+	__atomic_store_n(&pvrt_rt.running, 0, __ATOMIC_RELEASE);
+	pvrt_rt.nw = 0;
+	pthread_mutex_unlock(&life_lock);
+	return 0;
+}
+
+unsigned pvrt_nworkers(void)
+{
+	return __atomic_load_n(&pvrt_rt.running, __ATOMIC_ACQUIRE) ? pvrt_rt.nw : 0;
+}
+
+int pvrt_worker_self(void)
+{
+	struct pvrt_worker *w = pvrt_tls_worker;
+	return w ? (int)w->idx : -1;
+}
+
+int pvrt_stats_get(struct pvrt_stats *s)
+{
+	if (!s)
+		return pvrt_fail(-EINVAL, "pvrt_stats_get: NULL");
+	memset(s, 0, sizeof(*s));
+	if (!__atomic_load_n(&pvrt_rt.running, __ATOMIC_ACQUIRE))
+		return pvrt_fail(-ENXIO, "pvrt_stats_get: the runtime is not running");
+	for (unsigned i = 0; i < pvrt_rt.nw; i++) {
+		struct pvrt_worker *w = pvrt_rt.w[i];
+#define LD(f) __atomic_load_n(&w->f, __ATOMIC_RELAXED)
+		s->ults_created += LD(st_created);
+		s->switches += LD(st_switches);
+		s->steals += LD(st_steals);
+		s->parks += LD(st_parks);
+		s->unparks += LD(st_unparks);
+		s->polls_found += LD(st_polls_found);
+		s->timer_adds += LD(st_timer_adds);
+		s->timer_arms += LD(st_timer_arms);
+		s->timer_fires += LD(st_timer_fires);
+#undef LD
+	}
+	return 0;
+}

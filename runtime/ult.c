@@ -1,0 +1,897 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * ULTs: descriptors, stacks, run queues, context switches, create/join/yield/exit.
+ *
+ * Switching protocol. A context never touches the queues on its own behalf before it is
+ * suspended: e.g., a yielding ULT must not appear in a queue while it still runs on its stack, or
+ * a thief could resume it twice. So every switch leaves a *post action* in the worker
+ * (w->post_fn/post_arg) that the context switched to runs first thing (pvrt_after_switch):
+ * requeue the yielder, release the futex bucket lock a blocker holds, recycle the stack of an
+ * exited ULT. The post action runs on the same kernel thread right after the switch, so it
+ * always finds it in the worker that stored it.
+ *
+ * Claiming. A ready ULT sits in a ring (state READY) or in an injection queue (READY_INJ).
+ * Whoever moves READY->RUNNING with a CAS runs it; ring entries whose CAS fails are stale and
+ * skipped. That lets yield_to() take a ULT out of any ring without searching it. Stale entries
+ * can outlive the ULT, so descriptors are type-stable: they go back to pools, never to the
+ * allocator, until pvrt_finalize(). A stale entry then either fails the CAS or finds another
+ * READY ULT in the same descriptor, which it may legitimately run.
+ */
+#define _GNU_SOURCE
+#include "internal.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#if !defined(PVRT_ASAN) && !defined(PVRT_TSAN)
+#include <jemalloc/jemalloc.h>
+#endif
+
+__thread struct pvrt_worker *pvrt_tls_worker;
+
+__attribute__((noinline)) struct pvrt_worker *pvrt_worker_cur(void)
+{
+	/* The empty asm keeps the compiler from treating this as pure and reusing an old result. */
+	__asm__ volatile("" ::: "memory");
+	return pvrt_tls_worker;
+}
+
+/* ---------------------------------------------------------------- allocation */
+
+void *pvrt_alloc(size_t size)
+{
+#if defined(PVRT_ASAN) || defined(PVRT_TSAN)
+	void *p = NULL;
+	if (posix_memalign(&p, PVRT_CACHELINE, size))
+		return NULL;
+	memset(p, 0, size);
+	return p;
+#else
+	return mallocx(size, MALLOCX_ALIGN(PVRT_CACHELINE) | MALLOCX_ZERO);
+#endif
+}
+
+void pvrt_free(void *p, size_t size)
+{
+	if (!p)
+		return;
+#if defined(PVRT_ASAN) || defined(PVRT_TSAN)
+	(void)size;
+	free(p);
+#else
+	sdallocx(p, size, MALLOCX_ALIGN(PVRT_CACHELINE));
+#endif
+}
+
+/* ---------------------------------------------------------------- descriptors */
+
+#define CHUNK_ULTS 64
+
+struct pvrt_chunk {
+	struct pvrt_chunk *next;
+	unsigned n;
+	struct pvrt_ult u[CHUNK_ULTS];
+};
+
+/* Debuggers find every descriptor through this (tools/gdb/pvrt.py). */
+PVRT_HIDDEN struct pvrt_chunk *volatile pvrt_debug_chunks;
+
+static struct pvrt_ult *desc_get(struct pvrt_worker *w)
+{
+	struct pvrt_ult *u;
+	if (w && w->pool) {
+		u = w->pool;
+		w->pool = u->qnext;
+		w->npool--;
+		return u;
+	}
+	pvrt_lock_acquire(&pvrt_rt.plock);
+	if (!pvrt_rt.pool) {
+		struct pvrt_chunk *c = pvrt_alloc(sizeof(*c));
+		if (!c) {
+			pvrt_lock_release(&pvrt_rt.plock);
+			return NULL;
+		}
+		c->n = CHUNK_ULTS;
+		c->next = pvrt_rt.chunks;
+		pvrt_rt.chunks = c;
+		pvrt_debug_chunks = c;
+		for (unsigned i = 0; i < CHUNK_ULTS; i++) {
+			c->u[i].qnext = pvrt_rt.pool;
+			pvrt_rt.pool = &c->u[i];
+		}
+	}
+	u = pvrt_rt.pool;
+	pvrt_rt.pool = u->qnext;
+	/* Refill the worker's pool in one go so the lock is rare. */
+	if (w) {
+		for (unsigned i = 0; i < PVRT_POOL_LOCAL / 2 && pvrt_rt.pool; i++) {
+			struct pvrt_ult *x = pvrt_rt.pool;
+			pvrt_rt.pool = x->qnext;
+			x->qnext = w->pool;
+			w->pool = x;
+			w->npool++;
+		}
+	}
+	pvrt_lock_release(&pvrt_rt.plock);
+	return u;
+}
+
+static void desc_put(struct pvrt_worker *w, struct pvrt_ult *u)
+{
+	/* Relaxed: a stale ring entry may read the state concurrently; any value but READY makes
+	 * its claim fail, and the next owner initialises the descriptor before it is published. */
+	__atomic_store_n(&u->state, ULT_FREE, __ATOMIC_RELAXED);
+	if (w && w->npool < PVRT_POOL_LOCAL) {
+		u->qnext = w->pool;
+		w->pool = u;
+		w->npool++;
+		return;
+	}
+	pvrt_lock_acquire(&pvrt_rt.plock);
+	u->qnext = pvrt_rt.pool;
+	pvrt_rt.pool = u;
+	pvrt_lock_release(&pvrt_rt.plock);
+}
+
+/* Drop one reference (handle or the ULT's own); the last returns the descriptor. */
+static void desc_unref(struct pvrt_worker *w, struct pvrt_ult *u)
+{
+	/* Acq_rel: the last dropper must see everything the other did with the descriptor. */
+	if (__atomic_sub_fetch(&u->refs, 1, __ATOMIC_ACQ_REL) == 0)
+		desc_put(w, u);
+}
+
+void pvrt_pool_fini(void)
+{
+	struct pvrt_chunk *c = pvrt_rt.chunks;
+	while (c) {
+		struct pvrt_chunk *n = c->next;
+		for (unsigned i = 0; i < c->n; i++)
+			pvrt_san_fiber_destroy(&c->u[i].ctx.san);
+		pvrt_free(c, sizeof(*c));
+		c = n;
+	}
+	pvrt_rt.chunks = NULL;
+	pvrt_rt.pool = NULL;
+	pvrt_debug_chunks = NULL;
+}
+
+/* ---------------------------------------------------------------- stacks */
+
+size_t pvrt_page_size(void)
+{
+	static size_t ps;
+	if (!ps)
+		ps = (size_t)sysconf(_SC_PAGESIZE);
+	return ps;
+}
+
+/*
+ * A stack is one mapping: a PROT_NONE guard page at the bottom, then the usable part. Pages are
+ * committed by the kernel on first touch (MAP_NORESERVE), so an 8 MiB stack costs what it uses.
+ */
+int pvrt_stack_alloc(size_t len, void **out, unsigned *vg_id)
+{
+	size_t ps = pvrt_page_size();
+	void *p = mmap(NULL, len, PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
+	if (p == MAP_FAILED)
+		return -ENOMEM;
+	if (mprotect(p, ps, PROT_NONE)) {
+		int e = errno;
+		munmap(p, len);
+		return -e;
+	}
+	*vg_id = pvrt_san_stack_register((char *)p + ps, (char *)p + len);
+	*out = p;
+	return 0;
+}
+
+void pvrt_stack_free(void *stack, size_t len, unsigned vg_id)
+{
+	pvrt_san_stack_deregister(vg_id);
+	munmap(stack, len);
+}
+
+static void stack_put(struct pvrt_worker *w, struct pvrt_ult *u)
+{
+	if (u->stack_len == pvrt_rt.stack_size && w->nstacks < PVRT_STACK_CACHE) {
+		w->vg_ids[w->nstacks] = u->vg_id;
+		w->stacks[w->nstacks++] = u->stack;
+	} else {
+		pvrt_stack_free(u->stack, u->stack_len, u->vg_id);
+	}
+	u->stack = NULL;
+}
+
+void pvrt_stack_cache_fini(struct pvrt_worker *w)
+{
+	while (w->nstacks) {
+		w->nstacks--;
+		pvrt_stack_free(w->stacks[w->nstacks], pvrt_rt.stack_size, w->vg_ids[w->nstacks]);
+	}
+}
+
+/* ---------------------------------------------------------------- queues */
+
+static bool ring_push(struct pvrt_ring *r, struct pvrt_ult *u)
+{
+	uint64_t t = r->tail; /* only the owner writes tail */
+	/* Acquire: a consumer read the slot we may reuse before its CAS moved head past it. */
+	uint64_t h = __atomic_load_n(&r->head, __ATOMIC_ACQUIRE);
+	if (t - h >= PVRT_RING_SIZE)
+		return false;
+	__atomic_store_n(&r->buf[t & (PVRT_RING_SIZE - 1)], u, __ATOMIC_RELAXED);
+	/* Release: publishes the slot (and the ULT's READY state and saved context) to consumers. */
+	__atomic_store_n(&r->tail, t + 1, __ATOMIC_RELEASE);
+	return true;
+}
+
+static inline bool ring_nonempty(const struct pvrt_ring *r)
+{
+	/* Relaxed: a hint for idle workers; they take entries with ring_pop's ordered accesses. */
+	return __atomic_load_n(&r->tail, __ATOMIC_RELAXED) !=
+	       __atomic_load_n(&r->head, __ATOMIC_RELAXED);
+}
+
+static struct pvrt_ult *ring_pop(struct pvrt_ring *r)
+{
+	uint64_t h = __atomic_load_n(&r->head, __ATOMIC_RELAXED);
+	for (;;) {
+		/* Acquire pairs with ring_push's release of tail: the slot is written. */
+		uint64_t t = __atomic_load_n(&r->tail, __ATOMIC_ACQUIRE);
+		if ((int64_t)(t - h) <= 0)
+			return NULL;
+		struct pvrt_ult *u = __atomic_load_n(&r->buf[h & (PVRT_RING_SIZE - 1)], __ATOMIC_RELAXED);
+		/*
+		 * The slot can only be overwritten after head moved past h, which makes this CAS
+		 * fail; so a successful CAS means u was the entry at h. Acq_rel: acquire orders
+		 * our later use of u after the CAS, release lets the owner's head load see we are
+		 * done with the slot.
+		 */
+		if (__atomic_compare_exchange_n(&r->head, &h, h + 1, 0, __ATOMIC_ACQ_REL,
+						__ATOMIC_RELAXED))
+			return u;
+	}
+}
+
+/* Pop entries until one can be claimed (READY->RUNNING). */
+static struct pvrt_ult *ring_take(struct pvrt_ring *r)
+{
+	for (;;) {
+		struct pvrt_ult *u = ring_pop(r);
+		if (!u)
+			return NULL;
+		uint32_t s = ULT_READY;
+		/* Acquire pairs with the release that made it READY: its context is saved. */
+		if (__atomic_compare_exchange_n(&u->state, &s, ULT_RUNNING, 0, __ATOMIC_ACQUIRE,
+						__ATOMIC_RELAXED))
+			return u;
+	}
+}
+
+static inline bool pvrt_lock_try(struct pvrt_lock *l)
+{
+	uint32_t z = 0;
+	return __atomic_compare_exchange_n(&l->v, &z, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED);
+}
+
+static void inject_push(struct pvrt_worker *t, struct pvrt_ult *u)
+{
+	__atomic_store_n(&u->state, ULT_READY_INJ, __ATOMIC_RELAXED);
+#if PVRT_INJECT_WFCQ
+	cds_wfcq_node_init(&u->qnode);
+	/* Wait-free; a full barrier before publication orders the ULT's saved state. */
+	cds_wfcq_enqueue(&t->inj.head, &t->inj.tail, &u->qnode);
+#else
+	u->qnext = NULL;
+	pvrt_lock_acquire(&t->inj.lock);
+	if (t->inj.last)
+		t->inj.last->qnext = u;
+	else
+		t->inj.first = u;
+	t->inj.last = u;
+	pvrt_lock_release(&t->inj.lock);
+#endif
+	/* Seq_cst: with the fence in the caller, ordered before reading the target's park word. */
+	__atomic_fetch_add(&t->inj.n, 1, __ATOMIC_SEQ_CST);
+}
+
+static struct pvrt_ult *inject_pop(struct pvrt_worker *t, bool thief)
+{
+	if (!__atomic_load_n(&t->inj.n, __ATOMIC_RELAXED))
+		return NULL;
+	if (thief) {
+		if (!pvrt_lock_try(&t->inj.lock))
+			return NULL;
+	} else {
+		pvrt_lock_acquire(&t->inj.lock);
+	}
+	struct pvrt_ult *u = NULL;
+#if PVRT_INJECT_WFCQ
+	/* The lock gives the mutual exclusion among dequeuers that the __cds_ variant needs. */
+	struct cds_wfcq_node *n = __cds_wfcq_dequeue_blocking(&t->inj.head, &t->inj.tail);
+	if (n)
+		u = caa_container_of(n, struct pvrt_ult, qnode);
+#else
+	u = t->inj.first;
+	if (u) {
+		t->inj.first = u->qnext;
+		if (!t->inj.first)
+			t->inj.last = NULL;
+	}
+#endif
+	pvrt_lock_release(&t->inj.lock);
+	if (u) {
+		__atomic_fetch_sub(&t->inj.n, 1, __ATOMIC_RELAXED);
+		/* The dequeue made it ours: nobody else can claim a READY_INJ ULT. */
+		__atomic_store_n(&u->state, ULT_RUNNING, __ATOMIC_RELAXED);
+	}
+	return u;
+}
+
+/* ---------------------------------------------------------------- waking workers */
+
+static bool view_parked(const struct pvrt_sched_view *v, unsigned w)
+{
+	(void)v;
+	return __atomic_load_n(&pvrt_rt.w[w]->park_word, __ATOMIC_RELAXED) != 0;
+}
+
+static unsigned view_vcpu(const struct pvrt_sched_view *v, unsigned w)
+{
+	(void)v;
+	return pvrt_rt.w[w]->vcpu;
+}
+
+static unsigned view_queued(const struct pvrt_sched_view *v, unsigned w)
+{
+	(void)v;
+	struct pvrt_worker *x = pvrt_rt.w[w];
+	uint64_t t = __atomic_load_n(&x->ring.tail, __ATOMIC_RELAXED);
+	uint64_t h = __atomic_load_n(&x->ring.head, __ATOMIC_RELAXED);
+	return (unsigned)(t - h) + __atomic_load_n(&x->inj.n, __ATOMIC_RELAXED);
+}
+
+void pvrt_sched_view_init(struct pvrt_sched_view *v) PVRT_HIDDEN;
+void pvrt_sched_view_init(struct pvrt_sched_view *v)
+{
+	v->nworkers = pvrt_rt.nw;
+	v->hint = pvrt_rt.hint;
+	v->vcpu = view_vcpu;
+	v->parked = view_parked;
+	v->queued = view_queued;
+	v->rt = &pvrt_rt;
+}
+
+static __thread uint64_t foreign_rng[2] = {0x9E3779B97F4A7C15ull, 0};
+
+static struct pvrt_sched_caller caller_of(struct pvrt_worker *w)
+{
+	struct pvrt_sched_caller c;
+	if (w) {
+		c.worker = (int)w->idx;
+		c.rng = w->rng;
+	} else {
+		c.worker = -1;
+		if (!foreign_rng[1])
+			foreign_rng[0] ^= (uint64_t)(uintptr_t)&c, foreign_rng[1] = 1;
+		c.rng = foreign_rng;
+	}
+	return c;
+}
+
+/* Wake worker i if it is parked. Whoever moves park_word 1->0 accounts for it in nparked. */
+void pvrt_wake_worker(unsigned i)
+{
+	struct pvrt_worker *t = pvrt_rt.w[i];
+	uint32_t one = 1;
+	if (__atomic_load_n(&t->park_word, __ATOMIC_RELAXED) == 1 &&
+	    __atomic_compare_exchange_n(&t->park_word, &one, 0, 0, __ATOMIC_ACQ_REL,
+					__ATOMIC_RELAXED)) {
+		__atomic_fetch_sub(&pvrt_rt.nparked, 1, __ATOMIC_RELAXED);
+		__atomic_fetch_add(&t->st_unparks, 1, __ATOMIC_RELAXED);
+		syscall(SYS_futex, &t->park_word, FUTEX_WAKE | FUTEX_PRIVATE_FLAG, 1, NULL, NULL, 0);
+	}
+}
+
+/*
+ * Work was queued locally on w: if workers are parked and none is already searching, wake one to
+ * steal it. No fence: w itself is running and will run the work anyway, so a missed wake-up here
+ * costs parallelism, never progress.
+ */
+static void notify_idle(struct pvrt_worker *w)
+{
+	if (pvrt_rt.nw == 1 || !__atomic_load_n(&pvrt_rt.nparked, __ATOMIC_RELAXED) ||
+	    __atomic_load_n(&pvrt_rt.nsearching, __ATOMIC_RELAXED))
+		return;
+	struct pvrt_sched_caller c = caller_of(w);
+	int v = pvrt_rt.pol->wake_idle(&pvrt_rt.view, &c, w->idx);
+	if (v >= 0 && (unsigned)v < pvrt_rt.nw && (unsigned)v != w->idx)
+		pvrt_wake_worker((unsigned)v);
+}
+
+static void inject_to(struct pvrt_worker *from, unsigned target, struct pvrt_ult *u)
+{
+	struct pvrt_worker *t = pvrt_rt.w[target];
+	inject_push(t, u);
+	/*
+	 * No lost wake-up with a worker going idle (see idle() in runtime.c): it stores park_word=1,
+	 * fences, then looks at its queues; we enqueued, fence, then look at park_word. With both
+	 * fences seq_cst, at least one side sees the other's write.
+	 */
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	if (__atomic_load_n(&t->park_word, __ATOMIC_RELAXED)) {
+		pvrt_wake_worker(target);
+	} else if (pvhint_vcpu_preempted(pvrt_rt.hint, t->vcpu)) {
+		/* The target runs but its vCPU is held by the host: let a parked worker take it. */
+		struct pvrt_sched_caller c = caller_of(from);
+		int v = pvrt_rt.pol->wake_idle(&pvrt_rt.view, &c, target);
+		if (v >= 0 && (unsigned)v < pvrt_rt.nw)
+			pvrt_wake_worker((unsigned)v);
+	}
+}
+
+/* Queue a claimed or blocked ULT on w (the caller's worker) or where it is bound. */
+static void requeue(struct pvrt_worker *w, struct pvrt_ult *u)
+{
+	if (u->bound >= 0 && (unsigned)u->bound != w->idx) {
+		inject_to(w, (unsigned)u->bound, u);
+		return;
+	}
+	/* Release: whoever claims it sees its saved context. */
+	__atomic_store_n(&u->state, ULT_READY, __ATOMIC_RELEASE);
+	if (!ring_push(&w->ring, u)) {
+		inject_push(w, u);
+		return;
+	}
+	notify_idle(w);
+}
+
+void pvrt_ult_ready(struct pvrt_ult *u)
+{
+	struct pvrt_worker *w = pvrt_tls_worker;
+	unsigned target;
+	if (u->bound >= 0) {
+		target = (unsigned)u->bound;
+	} else {
+		struct pvrt_sched_caller c = caller_of(w);
+		target = pvrt_rt.pol->wake_target(&pvrt_rt.view, &c, u->last);
+		if (target >= pvrt_rt.nw)
+			target = w ? w->idx : 0;
+	}
+	if (w && target == w->idx)
+		requeue(w, u);
+	else
+		inject_to(w, target, u);
+}
+
+/* A claimed ULT found in the wrong place (bound elsewhere): send it home. */
+static void reroute(struct pvrt_worker *w, struct pvrt_ult *u)
+{
+	inject_to(w, (unsigned)u->bound, u);
+}
+
+struct pvrt_ult *pvrt_local_next(struct pvrt_worker *w)
+{
+	for (;;) {
+		struct pvrt_ult *u = ring_take(&w->ring);
+		if (!u)
+			u = inject_pop(w, false);
+		if (!u)
+			return NULL;
+		if (unlikely(u->bound >= 0 && (unsigned)u->bound != w->idx)) {
+			reroute(w, u);
+			continue;
+		}
+		return u;
+	}
+}
+
+struct pvrt_ult *pvrt_steal(struct pvrt_worker *w)
+{
+	struct pvrt_sched_caller c = caller_of(w);
+	for (unsigned a = 0;; a++) {
+		int v = pvrt_rt.pol->steal_victim(&pvrt_rt.view, &c, a);
+		if (v < 0 || (unsigned)v >= pvrt_rt.nw)
+			return NULL;
+		if ((unsigned)v == w->idx)
+			continue;
+		struct pvrt_worker *x = pvrt_rt.w[v];
+		struct pvrt_ult *u = ring_take(&x->ring);
+		if (!u)
+			u = inject_pop(x, true);
+		if (!u)
+			continue;
+		if (u->bound >= 0 && (unsigned)u->bound != w->idx) {
+			reroute(w, u);
+			continue;
+		}
+		PVRT_STAT_INC(w, st_steals);
+		return u;
+	}
+}
+
+bool pvrt_has_work(struct pvrt_worker *w)
+{
+	if (ring_nonempty(&w->ring) || __atomic_load_n(&w->inj.n, __ATOMIC_RELAXED))
+		return true;
+	for (unsigned i = 0; i < pvrt_rt.nw; i++)
+		if (i != w->idx && ring_nonempty(&pvrt_rt.w[i]->ring))
+			return true;
+	return false;
+}
+
+/* The next ULT for w when the running one yields or exits (holding no lock); checks timers now
+ * and then. */
+static struct pvrt_ult *pick_next(struct pvrt_worker *w)
+{
+	uint64_t armed = __atomic_load_n(&w->armed, __ATOMIC_RELAXED);
+	if (unlikely(armed != UINT64_MAX) && (++w->tick & 63) == 0)
+		pvrt_timers_run(w, pvrt_now_ns());
+	struct pvrt_ult *u = pvrt_local_next(w);
+	if (!u && armed != UINT64_MAX && pvrt_timers_run(w, pvrt_now_ns()))
+		u = pvrt_local_next(w);
+	return u;
+}
+
+/* ---------------------------------------------------------------- switching */
+
+void pvrt_after_switch(void)
+{
+	struct pvrt_worker *w = pvrt_worker_cur();
+	pvrt_san_resumed(w->cur ? &w->cur->ctx.san : &w->sched.san);
+	void (*fn)(struct pvrt_worker *, void *) = w->post_fn;
+	if (fn) {
+		w->post_fn = NULL;
+		fn(w, w->post_arg);
+	}
+}
+
+/* Suspend 'from' and run 'to' (a ULT, or w's scheduler when NULL). */
+static void switch_ctx(struct pvrt_worker *w, struct pvrt_ctxrec *from, struct pvrt_ult *to,
+		       void (*post)(struct pvrt_worker *, void *), void *arg, int dying)
+{
+	struct pvrt_ctxrec *tc = to ? &to->ctx : &w->sched;
+	w->post_fn = post;
+	w->post_arg = arg;
+	w->cur = to;
+	if (to)
+		to->last = (int)w->idx;
+	PVRT_STAT_INC(w, st_switches);
+	pvrt_san_switch(&from->san, &tc->san, dying);
+	pvrt_ctx_switch(&from->sp, tc->sp);
+	pvrt_after_switch();
+}
+
+void pvrt_switch(struct pvrt_worker *w, struct pvrt_ctxrec *from, struct pvrt_ult *to,
+		 void (*post)(struct pvrt_worker *, void *), void *arg)
+{
+	switch_ctx(w, from, to, post, arg, 0);
+}
+
+static void post_requeue(struct pvrt_worker *w, void *arg)
+{
+	requeue(w, arg);
+}
+
+static void post_ready(struct pvrt_worker *w, void *arg)
+{
+	(void)w;
+	pvrt_ult_ready(arg);
+}
+
+void pvrt_ult_block(void (*post)(struct pvrt_worker *, void *), void *arg)
+{
+	struct pvrt_worker *w = pvrt_tls_worker;
+	struct pvrt_ult *self = w->cur;
+	/*
+	 * No timers fired here: the caller may hold a lock its post action releases (a futex
+	 * bucket), and a timer callback may need that very lock. When timers are due, go to the
+	 * scheduler context instead: it fires them after the post action ran.
+	 */
+	struct pvrt_ult *next = NULL;
+	uint64_t armed = __atomic_load_n(&w->armed, __ATOMIC_RELAXED);
+	if (likely(armed == UINT64_MAX) || (++w->tick & 63) || !pvrt_timers_due(w, pvrt_now_ns()))
+		next = pvrt_local_next(w);
+	switch_ctx(w, &self->ctx, next, post, arg, 0);
+}
+
+bool pvrt_ult_try_yield_to(struct pvrt_ult *u)
+{
+	struct pvrt_worker *w = pvrt_tls_worker;
+	struct pvrt_ult *self = w ? w->cur : NULL;
+	if (!self || !u || u == self || (u->bound >= 0 && (unsigned)u->bound != w->idx))
+		return false;
+	uint32_t s = ULT_READY;
+	/* Acquire: pairs with the release that made it READY (its context is saved). */
+	if (!__atomic_compare_exchange_n(&u->state, &s, ULT_RUNNING, 0, __ATOMIC_ACQUIRE,
+					 __ATOMIC_RELAXED))
+		return false;
+	switch_ctx(w, &self->ctx, u, post_requeue, self, 0);
+	return true;
+}
+
+struct pvrt_ult *pvrt_ult_current(void)
+{
+	struct pvrt_worker *w = pvrt_tls_worker;
+	return w ? w->cur : NULL;
+}
+
+int pvrt_worker_vcpu(void)
+{
+	struct pvrt_worker *w = pvrt_tls_worker;
+	return w ? (int)w->vcpu : pvhint_self_vcpu();
+}
+
+/* ---------------------------------------------------------------- life cycle */
+
+static void post_exit(struct pvrt_worker *w, void *arg)
+{
+	struct pvrt_ult *u = arg;
+	stack_put(w, u);
+	pvrt_san_fiber_destroy(&u->ctx.san);
+	desc_unref(w, u);
+}
+
+__attribute__((noreturn)) static void ult_exit(struct pvrt_ult *self, void *ret)
+{
+	if (self->keys)
+		pvrt_keys_run_destructors(&self->keys);
+	self->ret = ret;
+	__atomic_store_n(&self->state, ULT_DONE, __ATOMIC_RELAXED);
+	/* Release: the joiner's acquire load of 'join' sees ret. 2: someone waits. */
+	if (__atomic_exchange_n(&self->join, 1, __ATOMIC_ACQ_REL) == 2)
+		pvrt_futex_wake(&self->join, INT_MAX);
+	if (__atomic_sub_fetch(&pvrt_rt.nlive, 1, __ATOMIC_ACQ_REL) == 0)
+		pvrt_futex_wake(&pvrt_rt.nlive, INT_MAX);
+	struct pvrt_worker *w = pvrt_worker_cur();
+	struct pvrt_ult *next = pick_next(w);
+	/* The stack goes back in post_exit, once we are off it. */
+	switch_ctx(w, &self->ctx, next, post_exit, self, 1);
+	__builtin_unreachable();
+}
+
+static void ult_entry(void *arg)
+{
+	pvrt_after_switch();
+	struct pvrt_ult *u = arg;
+	ult_exit(u, u->fn(u->arg));
+}
+
+void pvrt_ult_init_primary(struct pvrt_ult *u)
+{
+	memset(u, 0, sizeof(*u));
+	u->flags = ULT_F_PRIMARY;
+	u->bound = 0;
+	u->last = 0;
+	u->refs = 1;
+	u->id = 1;
+	u->state = ULT_RUNNING;
+	pthread_attr_t a;
+	if (!pthread_getattr_np(pthread_self(), &a)) {
+		void *lo;
+		size_t sz;
+		if (!pthread_attr_getstack(&a, &lo, &sz)) {
+			u->ctx.san.bottom = lo;
+			u->ctx.san.size = sz;
+		}
+		pthread_attr_destroy(&a);
+	}
+	pvrt_san_fiber_current(&u->ctx.san);
+}
+
+struct pvrt_ult *pvrt_primary_alloc(void) PVRT_HIDDEN;
+struct pvrt_ult *pvrt_primary_alloc(void)
+{
+	return desc_get(NULL);
+}
+
+void pvrt_thread_attr_init(pvrt_thread_attr_t *a)
+{
+	if (!a)
+		return;
+	a->stack_size = 0;
+	a->detached = 0;
+	a->worker = -1;
+}
+
+int pvrt_thread_create(pvrt_thread_t *out, const pvrt_thread_attr_t *attr, void *(*fn)(void *),
+		       void *arg)
+{
+	if (!fn)
+		return pvrt_fail(-EINVAL, "pvrt_thread_create: fn is NULL");
+	if (!__atomic_load_n(&pvrt_rt.running, __ATOMIC_ACQUIRE))
+		return pvrt_fail(-ENXIO, "pvrt_thread_create: the runtime is not running");
+	size_t len = pvrt_rt.stack_size;
+	int detached = 0, bound = -1;
+	if (attr) {
+		if (attr->stack_size) {
+			if (attr->stack_size < PVRT_STACK_MIN || attr->stack_size > PVRT_STACK_MAX)
+				return pvrt_fail(-EINVAL, "pvrt_thread_create: stack size out of range");
+			size_t ps = pvrt_page_size();
+			len = (attr->stack_size + ps - 1) / ps * ps + ps;
+		}
+		if (attr->detached != 0 && attr->detached != 1)
+			return pvrt_fail(-EINVAL, "pvrt_thread_create: detached must be 0 or 1");
+		detached = attr->detached;
+		if (attr->worker < -1 || attr->worker >= (int)pvrt_rt.nw)
+			return pvrt_fail(-EINVAL, "pvrt_thread_create: no such worker");
+		bound = attr->worker;
+	}
+	if (!out && !detached)
+		return pvrt_fail(-EINVAL, "pvrt_thread_create: out is NULL for a joinable ULT");
+
+	struct pvrt_worker *w = pvrt_tls_worker;
+	struct pvrt_ult *u = desc_get(w);
+	if (!u)
+		return pvrt_fail(-ENOMEM, "pvrt_thread_create: out of memory");
+	if (w && len == pvrt_rt.stack_size && w->nstacks) {
+		w->nstacks--;
+		u->stack = w->stacks[w->nstacks];
+		u->vg_id = w->vg_ids[w->nstacks];
+	} else {
+		int r = pvrt_stack_alloc(len, &u->stack, &u->vg_id);
+		if (r) {
+			desc_put(w, u);
+			return pvrt_fail(r, "pvrt_thread_create: cannot map a stack");
+		}
+	}
+	u->stack_len = len;
+	u->flags = detached ? ULT_F_DETACHED : 0;
+	u->bound = bound;
+	u->last = -1;
+	if (w)
+		u->id = (++w->nid << 12) | w->idx;
+	else
+		u->id = (__atomic_add_fetch(&pvrt_rt.foreign_ids, 1, __ATOMIC_RELAXED) << 12) | 0xfff;
+	u->fn = fn;
+	u->arg = arg;
+	u->ret = NULL;
+	u->join = 0;
+	u->refs = detached ? 1 : 2;
+	u->keys = NULL;
+	u->wait_addr = NULL;
+	size_t ps = pvrt_page_size();
+	u->ctx.san.bottom = (char *)u->stack + ps;
+	u->ctx.san.size = len - ps;
+	u->ctx.san.asan_fake = NULL;
+	pvrt_san_fiber_create(&u->ctx.san);
+	u->ctx.sp = pvrt_ctx_make((char *)u->stack + len, ult_entry, u);
+	/* Relaxed: finalize only needs the count to be exact once every creator is done. */
+	__atomic_add_fetch(&pvrt_rt.nlive, 1, __ATOMIC_RELAXED);
+	if (w)
+		PVRT_STAT_INC(w, st_created);
+	if (out)
+		*out = u;
+	pvrt_ult_ready(u);
+	return 0;
+}
+
+int pvrt_thread_join(pvrt_thread_t t, void **ret)
+{
+	if (!t)
+		return pvrt_fail(-EINVAL, "pvrt_thread_join: NULL thread");
+	struct pvrt_ult *self = pvrt_ult_current();
+	if (t == self)
+		return pvrt_fail(-EDEADLK, "pvrt_thread_join: a ULT cannot join itself");
+	if (t->flags & (ULT_F_DETACHED | ULT_F_PRIMARY))
+		return pvrt_fail(-EINVAL, "pvrt_thread_join: not a joinable ULT");
+	/* Still queued and ready? Run it now rather than block and wait for it. */
+	if (self && __atomic_load_n(&t->join, __ATOMIC_ACQUIRE) != 1)
+		pvrt_ult_try_yield_to(t);
+	for (;;) {
+		/* Acquire pairs with ult_exit's exchange: ret is visible. */
+		uint32_t j = __atomic_load_n(&t->join, __ATOMIC_ACQUIRE);
+		if (j == 1)
+			break;
+		/* Announce a waiter so that the exit calls wake; the futex re-checks the value. */
+		if (j == 0 &&
+		    !__atomic_compare_exchange_n(&t->join, &j, 2, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+			continue;
+		pvrt_futex_wait(&t->join, 2, CLOCK_MONOTONIC, NULL);
+	}
+	if (ret)
+		*ret = t->ret;
+	desc_unref(pvrt_worker_cur(), t);
+	return 0;
+}
+
+int pvrt_thread_detach(pvrt_thread_t t)
+{
+	if (!t || (t->flags & (ULT_F_DETACHED | ULT_F_PRIMARY)))
+		return pvrt_fail(-EINVAL, "pvrt_thread_detach: not a joinable ULT");
+	/* The flag only guards against a later join on this handle; the reference does the work. */
+	t->flags |= ULT_F_DETACHED;
+	desc_unref(pvrt_tls_worker, t);
+	return 0;
+}
+
+int pvrt_thread_yield(void)
+{
+	struct pvrt_worker *w = pvrt_tls_worker;
+	if (!w || !w->cur)
+		return 0;
+	struct pvrt_ult *next = pick_next(w);
+	if (!next)
+		return 0;
+	struct pvrt_ult *self = w->cur;
+	switch_ctx(w, &self->ctx, next, post_requeue, self, 0);
+	return 0;
+}
+
+int pvrt_thread_yield_to(pvrt_thread_t t)
+{
+	if (!pvrt_ult_current())
+		return pvrt_fail(-EPERM, "pvrt_thread_yield_to: not called from a ULT");
+	if (!pvrt_ult_try_yield_to(t))
+		return pvrt_thread_yield();
+	return 0;
+}
+
+pvrt_thread_t pvrt_thread_self(void)
+{
+	return pvrt_ult_current();
+}
+
+uint64_t pvrt_thread_id(pvrt_thread_t t)
+{
+	return t ? t->id : 0;
+}
+
+int pvrt_thread_exit(void *ret)
+{
+	struct pvrt_ult *self = pvrt_ult_current();
+	if (!self)
+		return pvrt_fail(-EPERM, "pvrt_thread_exit: not called from a ULT");
+	if (self->flags & ULT_F_PRIMARY)
+		return pvrt_fail(-EPERM, "pvrt_thread_exit: the primary ULT cannot exit");
+	ult_exit(self, ret);
+}
+
+int pvrt_thread_set_worker(int wi)
+{
+	struct pvrt_ult *self = pvrt_ult_current();
+	if (!self)
+		return pvrt_fail(-EPERM, "pvrt_thread_set_worker: not called from a ULT");
+	if (self->flags & ULT_F_PRIMARY)
+		return pvrt_fail(-EPERM, "pvrt_thread_set_worker: the primary ULT stays on worker 0");
+	if (wi == -1) {
+		self->bound = -1;
+		return 0;
+	}
+	if (wi < 0 || wi >= (int)pvrt_rt.nw)
+		return pvrt_fail(-EINVAL, "pvrt_thread_set_worker: no such worker");
+	self->bound = wi;
+	if ((unsigned)wi == pvrt_tls_worker->idx)
+		return 0;
+	/* Off this worker: suspend, and let the next context queue us on the bound worker. */
+	__atomic_store_n(&self->state, ULT_BLOCKED, __ATOMIC_RELAXED);
+	pvrt_ult_block(post_ready, self);
+	return 0;
+}
+
+int pvrt_thread_sleep(uint64_t ns)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	uint64_t t = (uint64_t)ts.tv_nsec + ns % 1000000000ull;
+	ts.tv_sec += (time_t)(ns / 1000000000ull + t / 1000000000ull);
+	ts.tv_nsec = (long)(t % 1000000000ull);
+	if (!pvrt_ult_current()) {
+		while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
+			;
+		return 0;
+	}
+	/* Nobody wakes this word: the wait ends by its timeout (spurious wake-ups loop). */
+	uint32_t word = 0;
+	while (pvrt_futex_wait(&word, 0, CLOCK_MONOTONIC, &ts) == 0)
+		;
+	return 0;
+}

@@ -1,0 +1,69 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Scheduling policies: the three decisions the runtime delegates (internal to libpvrt).
+ *
+ *   wake_target  a ULT became ready (woken, created, yielded by a thief): which worker's queue
+ *                gets it. The runtime overrides it only for bound ULTs.
+ *   steal_victim an idle worker looks for work: whom to try next (attempt = 0, 1, ...).
+ *   wake_idle    ready work exists and workers are parked: which parked worker to wake.
+ *
+ * Each call receives a read-only view of the workers (their vCPUs, whether parked, queue
+ * lengths) and the process's pvhint handle, so a policy may prefer vCPUs that run (not
+ * preempted) and whose physical CPU is idle. Hints are advisory: any answer must be safe, and the
+ * runtime validates every index it gets back. Calls happen on hot paths: no locks, no system
+ * calls, no allocation.
+ */
+#ifndef PVRT_SCHED_H
+#define PVRT_SCHED_H
+
+#include <pvrt/pvhint.h>
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* What a policy may look at. All reads are racy snapshots. */
+struct pvrt_sched_view {
+	unsigned nworkers;
+	pvhint_t *hint;
+	/* Per worker, indexed 0..nworkers-1. */
+	unsigned (*vcpu)(const struct pvrt_sched_view *v, unsigned w);	  /* its vCPU (for hints) */
+	bool (*parked)(const struct pvrt_sched_view *v, unsigned w);	  /* parked on its futex */
+	unsigned (*queued)(const struct pvrt_sched_view *v, unsigned w); /* ready ULTs (estimate) */
+	void *rt; /* runtime-private */
+};
+
+/* Who is asking: the worker running the caller (-1 for a foreign thread) and its random state. */
+struct pvrt_sched_caller {
+	int worker;
+	uint64_t *rng; /* per-worker xorshift state, for policies that want randomness */
+};
+
+struct pvrt_sched_policy {
+	const char *name;
+	/* A ready ULT last ran on 'last' (-1: never ran): the worker whose queue takes it. */
+	unsigned (*wake_target)(const struct pvrt_sched_view *v, const struct pvrt_sched_caller *c,
+				int last);
+	/* The worker to try stealing from at 'attempt', or -1 to stop searching. */
+	int (*steal_victim)(const struct pvrt_sched_view *v, const struct pvrt_sched_caller *c,
+			    unsigned attempt);
+	/* A parked worker to wake for newly ready work queued on 'where', or -1 for none. */
+	int (*wake_idle)(const struct pvrt_sched_view *v, const struct pvrt_sched_caller *c,
+			 unsigned where);
+};
+
+/* Look up a policy by name (NULL if unknown); the names for error messages. */
+const struct pvrt_sched_policy *pvrt_sched_find(const char *name);
+const char *pvrt_sched_names(void);
+
+static inline uint64_t pvrt_sched_rand(uint64_t *s)
+{
+	/* xorshift64*: a few cycles, good enough to spread steal attempts. */
+	uint64_t x = *s;
+	x ^= x >> 12;
+	x ^= x << 25;
+	x ^= x >> 27;
+	*s = x;
+	return x * 0x2545F4914F6CDD1DULL;
+}
+
+#endif /* PVRT_SCHED_H */

@@ -991,9 +991,10 @@ void pvhint__emu_park(struct pvhint_impl *im)
 		 * STOPREQ: our stop signal is on its way (or the handler ran and is about to set
 		 * RUN). Let it land now, in user code, rather than in the wait the caller is about
 		 * to make, where it would cause EINTR. The control side reverts STOPREQ after
-		 * ack_timeout, so this ends.
+		 * ack_timeout, so this ends. A short sleep rather than sched_yield: any return from
+		 * the kernel delivers the signal, and TSan delivers it only in calls it intercepts.
 		 */
-		sched_yield();
+		nanosleep(&(struct timespec){0, 1000}, NULL);
 	}
 	struct emu_vcpu *vc = &e->vc[t->vcpu];
 	vc->nr_parked++;

@@ -69,8 +69,8 @@ struct emu_vcpu {
 
 struct pvhint_emu {
 	struct emu_conf c;
-	pthread_mutex_t lock; /* the model, the lists, the records */
-	pthread_cond_t cond;  /* wakes the control thread (CLOCK_MONOTONIC) */
+	uint32_t lock; /* emu_lock: the model, the lists, the records */
+	uint32_t kick; /* futex word: bumped (under lock) to wake the control thread */
 	pthread_t ctl;
 	bool ctl_started, exiting;
 	struct pvhint_record *rec;

@@ -28,6 +28,14 @@
  * acknowledged (bounded by ack_timeout). On resume, holds are cleared and the threads woken first,
  * then 'preempted' is cleared: the flag is set before the stop and cleared once the vCPU runs.
  *
+ * Switching. In slice and noisy modes the control side does not wait for the acks before giving
+ * the pCPU to the next vCPU: once the stop signal is queued, the thread runs no more user code
+ * (a running thread is kicked into the kernel at once; one waiting for a CPU takes the signal on
+ * its way back to user mode, before any user instruction), so waiting would only add the
+ * machine's scheduling delay to every switch. Requests not acknowledged within ack_timeout are
+ * ended by reap_acks(). pvhint_emu_deschedule() (script mode) does wait: its caller expects the
+ * stop complete.
+ *
  * No EINTR. A signal handler that interrupts a blocking system call makes calls that never restart
  * (epoll_wait, poll, select, nanosleep, timed futex waits, ...) fail with EINTR even with
  * SA_RESTART. So the emulator never signals a thread that is blocked in the kernel:
@@ -69,13 +77,21 @@
 #define IE __attribute__((tls_model("initial-exec")))
 
 static __thread struct emu_thr *emu_self IE;
+/*
+ * Non-zero while this thread holds glock or an emulator lock. A stop that lands then must not
+ * block in the handler (the control side or resume() needs the lock to release it): the handler
+ * only notes it, and the thread stops itself when it drops the lock (lock_enter/lock_leave).
+ * Without sanitizers this happens only for a stop delivered after its ack timed out; TSan
+ * delivers every signal late, at the end of its interceptors, e.g. just after a mutex lock.
+ */
+static __thread int emu_in_lock IE;
 
 /* Protects attach/detach against close (t->emu) and the stop signal's installation. */
 static pthread_mutex_t glock = PTHREAD_MUTEX_INITIALIZER;
 static int sig_refs, sig_no;
 static struct sigaction sig_old;
-static uint32_t inflight; /* stop signals sent whose handler has not finished */
-static const int stop_cookie;  /* si_value of our stop signals: tells them from anyone else's */
+static uint32_t inflight;     /* stop signals sent whose handler has not finished */
+static const int stop_cookie; /* si_value of our stop signals: tells them from anyone else's */
 
 static pthread_once_t key_once = PTHREAD_ONCE_INIT;
 static pthread_key_t exit_key;
@@ -92,8 +108,7 @@ static int futex_wait(uint32_t *addr, uint32_t val, uint64_t rel_ns)
 {
 	struct timespec ts = {(time_t)(rel_ns / 1000000000u), (long)(rel_ns % 1000000000u)};
 
-	return (int)syscall(SYS_futex, addr, FUTEX_WAIT_PRIVATE, val, rel_ns ? &ts : NULL, NULL,
-			    0);
+	return (int)syscall(SYS_futex, addr, FUTEX_WAIT_PRIVATE, val, rel_ns ? &ts : NULL, NULL, 0);
 }
 
 static void futex_wake(uint32_t *addr)
@@ -110,6 +125,32 @@ static inline struct pvhint_emu *thr_emu(const struct emu_thr *t)
 static inline bool runnable(const struct emu_vcpu *vc)
 {
 	return vc->nr_att > vc->nr_parked;
+}
+
+static void wait_hold(struct emu_thr *t);
+
+/* Take/drop glock or an emulator lock on a thread that may be attached (see emu_in_lock). */
+static void lock_enter(pthread_mutex_t *m)
+{
+	emu_in_lock++;
+	__atomic_signal_fence(__ATOMIC_SEQ_CST); /* the handler sees it before we may block */
+	pthread_mutex_lock(m);
+}
+
+static void lock_leave(pthread_mutex_t *m)
+{
+	pthread_mutex_unlock(m);
+	__atomic_signal_fence(__ATOMIC_SEQ_CST);
+	if (--emu_in_lock)
+		return;
+	__atomic_signal_fence(__ATOMIC_SEQ_CST);
+	struct emu_thr *t = emu_self;
+	if (t && __atomic_load_n(&t->deferred, __ATOMIC_RELAXED)) {
+		__atomic_store_n(&t->deferred, 0, __ATOMIC_RELAXED);
+		/* A parked thread runs no user code; a running one stops here if still held. */
+		if (__atomic_load_n(&t->state, __ATOMIC_RELAXED) != THR_PARKED)
+			wait_hold(t);
+	}
 }
 
 /* ---- the stop signal ---- */
@@ -159,6 +200,10 @@ static void stop_handler(int sig, siginfo_t *si, void *ucv)
 		/* A late signal (after an ack timeout) may land in a parked thread: keep PARKED. */
 		uint32_t after = entry == THR_PARKED ? THR_PARKED : THR_RUN;
 		bool noted = false;
+		if (emu_in_lock) {
+			__atomic_store_n(&t->deferred, 1, __ATOMIC_RELAXED); /* see emu_in_lock */
+			goto end_request;
+		}
 		/*
 		 * seq_cst on hold and state: Dekker with the control side, which stores hold = 1
 		 * and then loads state. Either it sees our final state store (RUN) and signals
@@ -172,7 +217,8 @@ static void stop_handler(int sig, siginfo_t *si, void *ucv)
 			/* The ack: the control side waits on 'state' leaving STOPREQ. */
 			__atomic_store_n(&t->state, THR_STOPPED, __ATOMIC_SEQ_CST);
 			futex_wake(&t->state);
-			/* acquire: what the control side did before releasing us is visible after */
+			/* acquire: what the control side did before releasing us is visible after
+			 */
 			while (__atomic_load_n(&t->hold, __ATOMIC_ACQUIRE))
 				futex_wait(&t->hold, 1, 0); /* EINTR/EAGAIN: re-check */
 			__atomic_fetch_add(&t->stopped_ns, now_ns() - t0, __ATOMIC_RELAXED);
@@ -180,6 +226,7 @@ static void stop_handler(int sig, siginfo_t *si, void *ucv)
 			__atomic_store_n(&t->state, after, __ATOMIC_SEQ_CST);
 		}
 		/* Resumed before the signal landed: nothing to stop, just end the request. */
+	end_request:;
 		uint32_t req = THR_STOPREQ;
 		if (__atomic_compare_exchange_n(&t->state, &req, after, false, __ATOMIC_SEQ_CST,
 						__ATOMIC_RELAXED))
@@ -219,7 +266,8 @@ static int sig_get(int want)
 			sa.sa_flags = SA_SIGINFO | SA_RESTART;
 			sigfillset(&sa.sa_mask);
 			if (sigaction(s, &sa, &sig_old))
-				return pvhint__fail(-errno, "emu: cannot install the stop handler: %s",
+				return pvhint__fail(-errno,
+						    "emu: cannot install the stop handler: %s",
 						    strerror(errno));
 			sig_no = s;
 			sig_refs = 1;
@@ -261,10 +309,12 @@ static void account_steal(struct pvhint_emu *e, unsigned v, uint64_t now)
 	if (now <= vc->pre_since)
 		return;
 	uint32_t ver = r->version;
-	/* Sequence count: odd version, then (release fence) the data, then even (release). */
+	/*
+	 * Sequence count: odd version, then the data with release (orders the odd version before
+	 * it, for a reader that acquires the new value), then even with release.
+	 */
 	__atomic_store_n(&r->version, ver + 1, __ATOMIC_RELAXED);
-	__atomic_thread_fence(__ATOMIC_RELEASE);
-	__atomic_store_n(&r->steal, r->steal + (now - vc->pre_since), __ATOMIC_RELAXED);
+	__atomic_store_n(&r->steal, r->steal + (now - vc->pre_since), __ATOMIC_RELEASE);
 	__atomic_store_n(&r->version, ver + 2, __ATOMIC_RELEASE);
 	vc->pre_since = now;
 }
@@ -326,7 +376,8 @@ static bool in_kernel_wait(const struct emu_thr *t)
 static bool send_stop(struct pvhint_emu *e, struct emu_vcpu *vc, struct emu_thr *t)
 {
 	if (__atomic_load_n(&t->state, __ATOMIC_SEQ_CST) != THR_RUN)
-		return false; /* parked (unpark checks hold) or already stopping (handler re-checks) */
+		return false; /* parked (unpark checks hold) or already stopping (handler re-checks)
+			       */
 	if (in_kernel_wait(t)) {
 		if (!t->kblocked)
 			vc->kernel_skips++;
@@ -345,6 +396,7 @@ static bool send_stop(struct pvhint_emu *e, struct emu_vcpu *vc, struct emu_thr 
 	si.si_pid = getpid();
 	si.si_uid = getuid();
 	si.si_value.sival_ptr = (void *)&stop_cookie;
+	t->stop_sent = now_ns();
 	__atomic_fetch_add(&inflight, 1, __ATOMIC_RELAXED); /* before the handler can run */
 	if (syscall(SYS_rt_tgsigqueueinfo, getpid(), t->tid, sig_no, &si)) {
 		__atomic_fetch_sub(&inflight, 1, __ATOMIC_RELAXED);
@@ -385,13 +437,18 @@ static void wait_acks(struct pvhint_emu *e, struct emu_vcpu *vc)
 	}
 }
 
-static void stop_vcpu(struct pvhint_emu *e, unsigned v, uint64_t now)
+/*
+ * Deschedule v: flag, holds, signals. Returns whether a signal was sent; the caller then waits
+ * for the acks (stop_wait), after starting the other stops of the same step, so that vCPUs
+ * switched out together stop in parallel.
+ */
+static bool stop_begin(struct pvhint_emu *e, unsigned v, uint64_t now)
 {
 	struct emu_vcpu *vc = &e->vc[v];
 	bool sent = false;
 
 	if (vc->desched)
-		return;
+		return false;
 	vc->desched = true;
 	vc->nr_desched++;
 	publish(e, now); /* 'preempted' first, as the host sets it at vcpu_put */
@@ -399,8 +456,13 @@ static void stop_vcpu(struct pvhint_emu *e, unsigned v, uint64_t now)
 		__atomic_store_n(&t->hold, 1, __ATOMIC_SEQ_CST); /* Dekker: see stop_handler */
 	for (struct emu_thr *t = vc->threads; t; t = t->next)
 		sent |= send_stop(e, vc, t);
-	if (sent)
-		wait_acks(e, vc);
+	return sent;
+}
+
+static void stop_vcpu(struct pvhint_emu *e, unsigned v, uint64_t now)
+{
+	if (stop_begin(e, v, now))
+		wait_acks(e, &e->vc[v]);
 }
 
 static void run_vcpu(struct pvhint_emu *e, unsigned v, uint64_t now)
@@ -436,10 +498,36 @@ static bool poll_kblocked(struct pvhint_emu *e)
 			sent |= send_stop(e, vc, t);
 			any |= t->kblocked;
 		}
-		if (sent)
+		if (sent && e->c.mode == EMU_SCRIPT)
 			wait_acks(e, vc);
 	}
 	return any;
+}
+
+/*
+ * Slice and noisy modes do not wait for acks (see "Switching"); end stop requests older than
+ * ack_timeout here, as wait_acks does, so park() never waits on a signal that cannot land.
+ * Returns the earliest deadline still pending.
+ */
+static uint64_t reap_acks(struct pvhint_emu *e, uint64_t now)
+{
+	uint64_t next = UINT64_MAX;
+
+	for (unsigned v = 0; v < e->c.vcpus; v++) {
+		struct emu_vcpu *vc = &e->vc[v];
+		for (struct emu_thr *t = vc->threads; t; t = t->next) {
+			if (__atomic_load_n(&t->state, __ATOMIC_ACQUIRE) != THR_STOPREQ)
+				continue;
+			uint64_t dl = t->stop_sent + e->c.ack_timeout;
+			uint32_t req = THR_STOPREQ;
+			if (now < dl)
+				next = next < dl ? next : dl;
+			else if (__atomic_compare_exchange_n(&t->state, &req, THR_RUN, false,
+							     __ATOMIC_SEQ_CST, __ATOMIC_RELAXED))
+				vc->ack_timeouts++;
+		}
+	}
+	return next;
 }
 
 /* ---- the modes (emu->lock held); each returns the time of its next event ---- */
@@ -457,7 +545,8 @@ static uint64_t step_slice(struct pvhint_emu *e, uint64_t now)
 			nrun += runnable(&e->vc[p + i * P]);
 		bool cur_ok = cur >= 0 && runnable(&e->vc[cur]);
 		if (!cur_ok || (nrun > 1 && now >= e->slice_end[p])) {
-			/* Round robin: the next runnable vCPU after cur in the ring of this pCPU. */
+			/* Round robin: the next runnable vCPU after cur in the ring of this pCPU.
+			 */
 			unsigned start = cur >= 0 ? (unsigned)cur / P : 0;
 			int pick = -1;
 			for (unsigned k = 1; k <= n; k++) {
@@ -474,11 +563,13 @@ static uint64_t step_slice(struct pvhint_emu *e, uint64_t now)
 			next = next < e->slice_end[p] ? next : e->slice_end[p];
 	}
 	/* Stop the outgoing vCPUs before starting the incoming ones: never two on one pCPU. */
+	bool sent = false;
 	for (unsigned v = 0; v < V; v++) {
 		int cur = e->cur[v % P];
 		if (cur >= 0 && cur != (int)v)
-			stop_vcpu(e, v, now);
+			sent |= stop_begin(e, v, now);
 	}
+	(void)sent; /* no ack wait: see "Switching" above */
 	for (unsigned v = 0; v < V; v++) {
 		int cur = e->cur[v % P];
 		if (cur < 0 || cur == (int)v)
@@ -492,6 +583,7 @@ static uint64_t step_noisy(struct pvhint_emu *e, uint64_t now)
 	unsigned V = e->c.vcpus;
 	uint64_t period = e->c.period, on = (uint64_t)(e->c.duty * (double)period);
 	uint64_t next = UINT64_MAX;
+	bool sent = false;
 
 	for (unsigned v = 0; v < V; v++) {
 		uint64_t ph = (now - e->t0 + (uint64_t)v * period / V) % period;
@@ -500,8 +592,9 @@ static uint64_t step_noisy(struct pvhint_emu *e, uint64_t now)
 		next = next < at ? next : at;
 		e->vc[v].neighbour = active;
 		if (active)
-			stop_vcpu(e, v, now);
+			sent |= stop_begin(e, v, now);
 	}
+	(void)sent; /* no ack wait: see "Switching" above */
 	for (unsigned v = 0; v < V; v++)
 		if (!e->vc[v].neighbour)
 			run_vcpu(e, v, now);
@@ -558,7 +651,7 @@ static void *control_main(void *arg)
 		struct sched_param sp = {.sched_priority = 1};
 		pthread_setschedparam(pthread_self(), SCHED_FIFO, &sp);
 	}
-	pthread_mutex_lock(&e->lock);
+	lock_enter(&e->lock);
 	while (!e->exiting) {
 		uint64_t now = now_ns(), next;
 		switch (e->c.mode) {
@@ -578,6 +671,8 @@ static void *control_main(void *arg)
 		now = now_ns();
 		if (poll_kblocked(e) && next > now + 1000000)
 			next = now + 1000000;
+		uint64_t reap = reap_acks(e, now);
+		next = next < reap ? next : reap;
 		/* Keep steal current during long preemptions (pvhint-top shows a rate). */
 		bool any_pre = false;
 		for (unsigned v = 0; v < e->c.vcpus; v++)
@@ -600,7 +695,7 @@ static void *control_main(void *arg)
 			pthread_cond_timedwait(&e->cond, &e->lock, &ts);
 		}
 	}
-	pthread_mutex_unlock(&e->lock);
+	lock_leave(&e->lock);
 	return NULL;
 }
 
@@ -627,18 +722,18 @@ int pvhint__emu_open(struct pvhint_impl *im, const char *spec, const char *label
 	}
 	for (unsigned p = 0; p < c.pcpus; p++)
 		e->cur[p] = -1;
-	err = pvhint__page_alloc(im, PVHINT_SOURCE_EMU, c.vcpus,
-				 PVHINT_VALID_STEAL | PVHINT_VALID_PREEMPTED |
-					 PVHINT_VALID_IS_IDLE);
+	err =
+	    pvhint__page_alloc(im, PVHINT_SOURCE_EMU, c.vcpus,
+			       PVHINT_VALID_STEAL | PVHINT_VALID_PREEMPTED | PVHINT_VALID_IS_IDLE);
 	if (err)
 		goto fail_mem;
 	e->rec = pvhint__rec_w(im);
 	e->t0 = e->last_flush = now_ns();
 	e->rng = c.seed ? c.seed : 0x9E3779B97F4A7C15ull;
 
-	pthread_mutex_lock(&glock);
+	lock_enter(&glock);
 	err = sig_get(c.sig);
-	pthread_mutex_unlock(&glock);
+	lock_leave(&glock);
 	if (err)
 		goto fail_page;
 
@@ -669,9 +764,9 @@ int pvhint__emu_open(struct pvhint_impl *im, const char *spec, const char *label
 fail_sig:
 	pthread_cond_destroy(&e->cond);
 	pthread_mutex_destroy(&e->lock);
-	pthread_mutex_lock(&glock);
+	lock_enter(&glock);
 	sig_put();
-	pthread_mutex_unlock(&glock);
+	lock_leave(&glock);
 fail_page:
 	pvhint__page_free(im);
 fail_mem:
@@ -687,15 +782,15 @@ void pvhint__emu_close(struct pvhint_impl *im)
 {
 	struct pvhint_emu *e = im->emu;
 
-	pthread_mutex_lock(&e->lock);
+	lock_enter(&e->lock);
 	e->exiting = true;
 	pthread_cond_signal(&e->cond);
-	pthread_mutex_unlock(&e->lock);
+	lock_leave(&e->lock);
 	if (e->ctl_started)
 		pthread_join(e->ctl, NULL);
 
-	pthread_mutex_lock(&glock);
-	pthread_mutex_lock(&e->lock);
+	lock_enter(&glock);
+	lock_enter(&e->lock);
 	for (unsigned v = 0; v < e->c.vcpus; v++) {
 		struct emu_thr *t = e->vc[v].threads;
 		while (t) {
@@ -708,9 +803,9 @@ void pvhint__emu_close(struct pvhint_impl *im)
 			t = next;
 		}
 	}
-	pthread_mutex_unlock(&e->lock);
+	lock_leave(&e->lock);
 	sig_put();
-	pthread_mutex_unlock(&glock);
+	lock_leave(&glock);
 
 	pthread_cond_destroy(&e->cond);
 	pthread_mutex_destroy(&e->lock);
@@ -734,10 +829,10 @@ static void wait_hold(struct emu_thr *t)
 /* Unlink t from its emulator (if any) and free it. Runs on t's own thread. */
 static void thr_release(struct emu_thr *t)
 {
-	pthread_mutex_lock(&glock);
+	lock_enter(&glock);
 	struct pvhint_emu *e = t->emu;
 	if (e) {
-		pthread_mutex_lock(&e->lock);
+		lock_enter(&e->lock);
 		struct emu_vcpu *vc = &e->vc[t->vcpu];
 		for (struct emu_thr **pp = &vc->threads; *pp; pp = &(*pp)->next) {
 			if (*pp == t) {
@@ -755,9 +850,9 @@ static void thr_release(struct emu_thr *t)
 		__atomic_store_n(&t->hold, 0, __ATOMIC_SEQ_CST); /* a pending signal won't block */
 		publish(e, now_ns());
 		pthread_cond_signal(&e->cond);
-		pthread_mutex_unlock(&e->lock);
+		lock_leave(&e->lock);
 	}
-	pthread_mutex_unlock(&glock);
+	lock_leave(&glock);
 	/*
 	 * A stop signal may still be queued for this thread: the handler reads emu_self, so clear
 	 * it (ordered before the free by the signal fence, the handler runs on this thread).
@@ -820,8 +915,8 @@ int pvhint_emu_attach(pvhint_t *h, unsigned v)
 	__atomic_signal_fence(__ATOMIC_SEQ_CST);
 	pvhint_tls_vcpu = (int)v;
 
-	pthread_mutex_lock(&glock);
-	pthread_mutex_lock(&e->lock);
+	lock_enter(&glock);
+	lock_enter(&e->lock);
 	t->emu = e;
 	t->next = e->vc[v].threads;
 	e->vc[v].threads = t;
@@ -830,8 +925,8 @@ int pvhint_emu_attach(pvhint_t *h, unsigned v)
 		t->hold = 1; /* joining a held vCPU: wait for its turn below */
 	publish(e, now_ns());
 	pthread_cond_signal(&e->cond);
-	pthread_mutex_unlock(&e->lock);
-	pthread_mutex_unlock(&glock);
+	lock_leave(&e->lock);
+	lock_leave(&glock);
 	wait_hold(t);
 	return 0;
 }
@@ -854,7 +949,8 @@ int pvhint_emu_detach(pvhint_t *h)
 		return h ? -ENOTSUP : -EINVAL;
 	struct emu_thr *t = emu_self;
 	if (!t || (thr_emu(t) != e && thr_emu(t)))
-		return pvhint__fail(-EINVAL, "pvhint_emu_detach: thread not attached to this handle");
+		return pvhint__fail(-EINVAL,
+				    "pvhint_emu_detach: thread not attached to this handle");
 	if (exit_key != (pthread_key_t)-1)
 		pthread_setspecific(exit_key, NULL);
 	thr_release(t);
@@ -871,13 +967,13 @@ void pvhint__emu_park(struct pvhint_impl *im)
 	if (!t || thr_emu(t) != e)
 		return;
 	for (;;) {
-		pthread_mutex_lock(&e->lock);
+		lock_enter(&e->lock);
 		uint32_t run = THR_RUN;
 		/* Under the lock: the control side never sees a half-parked thread. */
 		if (__atomic_compare_exchange_n(&t->state, &run, THR_PARKED, false,
 						__ATOMIC_SEQ_CST, __ATOMIC_RELAXED))
 			break;
-		pthread_mutex_unlock(&e->lock);
+		lock_leave(&e->lock);
 		/*
 		 * STOPREQ: our stop signal is on its way (or the handler ran and is about to set
 		 * RUN). Let it land now, in user code, rather than in the wait the caller is about
@@ -892,7 +988,7 @@ void pvhint__emu_park(struct pvhint_impl *im)
 		publish(e, now_ns());
 		pthread_cond_signal(&e->cond);
 	}
-	pthread_mutex_unlock(&e->lock);
+	lock_leave(&e->lock);
 }
 
 void pvhint__emu_unpark(struct pvhint_impl *im)
@@ -902,7 +998,7 @@ void pvhint__emu_unpark(struct pvhint_impl *im)
 
 	if (!t || thr_emu(t) != e)
 		return;
-	pthread_mutex_lock(&e->lock);
+	lock_enter(&e->lock);
 	if (__atomic_load_n(&t->state, __ATOMIC_RELAXED) == THR_PARKED) {
 		struct emu_vcpu *vc = &e->vc[t->vcpu];
 		/* Under the lock, ordered against stop_vcpu's hold stores and state loads. */
@@ -913,7 +1009,7 @@ void pvhint__emu_unpark(struct pvhint_impl *im)
 			pthread_cond_signal(&e->cond);
 		}
 	}
-	pthread_mutex_unlock(&e->lock);
+	lock_leave(&e->lock);
 	/* A held vCPU: do not return to the caller's code until it runs. */
 	wait_hold(t);
 }
@@ -936,12 +1032,12 @@ int pvhint_emu_deschedule(pvhint_t *h, unsigned v, uint64_t ns)
 	if (emu_self && thr_emu(emu_self) == e && emu_self->vcpu == v)
 		return pvhint__fail(-EDEADLK, "pvhint_emu_deschedule: the caller runs on vCPU %u",
 				    v);
-	pthread_mutex_lock(&e->lock);
+	lock_enter(&e->lock);
 	uint64_t now = now_ns();
 	stop_vcpu(e, v, now);
 	e->vc[v].until = ns ? now + ns : 0;
 	pthread_cond_signal(&e->cond); /* timed resume, kblocked polling */
-	pthread_mutex_unlock(&e->lock);
+	lock_leave(&e->lock);
 	return 0;
 }
 
@@ -956,9 +1052,9 @@ int pvhint_emu_resume(pvhint_t *h, unsigned v)
 				    mode_names[e->c.mode]);
 	if (v >= e->c.vcpus)
 		return pvhint__fail(-EINVAL, "pvhint_emu_resume: vCPU %u out of range", v);
-	pthread_mutex_lock(&e->lock);
+	lock_enter(&e->lock);
 	run_vcpu(e, v, now_ns());
-	pthread_mutex_unlock(&e->lock);
+	lock_leave(&e->lock);
 	return 0;
 }
 
@@ -970,7 +1066,7 @@ int pvhint_emu_stats(pvhint_t *h, unsigned v, struct pvhint_emu_stats *out)
 		return h ? -ENOTSUP : -EINVAL;
 	if (v >= e->c.vcpus || !out)
 		return pvhint__fail(-EINVAL, "pvhint_emu_stats: vCPU %u out of range", v);
-	pthread_mutex_lock(&e->lock);
+	lock_enter(&e->lock);
 	struct emu_vcpu *vc = &e->vc[v];
 	memset(out, 0, sizeof(*out));
 	out->desched = vc->nr_desched;
@@ -986,7 +1082,7 @@ int pvhint_emu_stats(pvhint_t *h, unsigned v, struct pvhint_emu_stats *out)
 		out->stopped_ns += __atomic_load_n(&t->stopped_ns, __ATOMIC_RELAXED);
 		out->eintr += __atomic_load_n(&t->eintr, __ATOMIC_RELAXED);
 	}
-	pthread_mutex_unlock(&e->lock);
+	lock_leave(&e->lock);
 	return 0;
 }
 

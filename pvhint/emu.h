@@ -19,7 +19,7 @@ struct emu_conf {
 	uint64_t quantum, period, ack_timeout; /* ns */
 	double duty;
 	uint64_t seed;
-	int sig; /* 0: choose a free real-time signal */
+	int sig;     /* 0: choose a free real-time signal */
 	unsigned rt; /* try SCHED_FIFO for the control thread */
 };
 
@@ -47,6 +47,8 @@ struct emu_thr {
 	uint32_t hold;		/* futex word: 1 while the vCPU is descheduled */
 	int statfd;		/* /proc/thread-self/stat of this thread: R or sleeping */
 	bool kblocked;		/* control side: left alone because blocked in the kernel */
+	uint32_t deferred;	/* a stop landed while the thread held an emulator lock */
+	uint64_t stop_sent;	/* control side: when the pending stop signal was sent */
 	/* Written by the thread (handler), read by pvhint_emu_stats. */
 	uint64_t stops, stopped_ns, eintr;
 	struct emu_thr *next; /* the vCPU's list (emu->lock) */
@@ -73,8 +75,8 @@ struct pvhint_emu {
 	bool ctl_started, exiting;
 	struct pvhint_record *rec;
 	struct emu_vcpu *vc;
-	int *cur;	    /* slice: the vCPU each pCPU runs (-1: idle) */
-	bool *busy;	    /* per pCPU: some vCPU on it runs (is_idle) */
+	int *cur;	     /* slice: the vCPU each pCPU runs (-1: idle) */
+	bool *busy;	     /* per pCPU: some vCPU on it runs (is_idle) */
 	uint64_t *slice_end; /* slice: when the pCPU's current slice ends */
 	unsigned next_attach;
 	uint64_t t0, rng, last_flush;

@@ -70,7 +70,8 @@ static int parse_signal(const char *s, int *out)
 	return 0;
 }
 
-static const char *const keys = "vcpus, pcpus, mode, quantum, duty, period, seed, signal, ack_timeout, rt";
+static const char *const keys =
+    "vcpus, pcpus, mode, quantum, duty, period, seed, signal, ack_timeout, rt";
 
 int pvhint__emu_parse(const char *spec, const char *label, struct emu_conf *c)
 {

@@ -16,15 +16,16 @@
 struct pvhint_emu;
 
 struct pvhint_impl {
-	unsigned source;		   /* PVHINT_SOURCE_* */
-	void *map;			   /* the whole mapping (header page + records) */
+	unsigned source; /* PVHINT_SOURCE_* */
+	void *map;	 /* the whole mapping (header page + records) */
 	size_t map_len;
-	const struct pvhint_header *hdr;   /* == map */
-	struct pvhint_emu *emu;		   /* source emu only */
-	char note[256];			   /* why auto chose what it chose */
+	const struct pvhint_header *hdr; /* == map */
+	struct pvhint_emu *emu;		 /* source emu only */
+	char note[256];			 /* why auto chose what it chose */
 };
 
-/* Set the calling thread's error message (a static string or a thread-local buffer); returns err. */
+/* Set the calling thread's error message (a static string or a thread-local buffer); returns err.
+ */
 int pvhint__fail(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* Allocate an anonymous page laid out like the kernel's (header + nr zeroed records). */

@@ -134,12 +134,13 @@ int pvhint_open(const struct pvhint_options *opts, pvhint_t **out)
 		 */
 		err = pvhint__kvm_open(im, kvm_path);
 		if (err) {
-			snprintf(im->note, sizeof(im->note), "auto: %s; using none", pvhint_errmsg());
+			snprintf(im->note, sizeof(im->note), "auto: %s; using none",
+				 pvhint_errmsg());
 			err = pvhint__none_open(im);
 		}
 	} else {
-		err = pvhint__fail(-EINVAL, "%s='%s': unknown hint source (accepted: %s)", what, src,
-				   accepted);
+		err = pvhint__fail(-EINVAL, "%s='%s': unknown hint source (accepted: %s)", what,
+				   src, accepted);
 	}
 	if (err) {
 		free(im);
@@ -226,8 +227,10 @@ uint64_t pvhint_steal(const pvhint_t *h, unsigned v)
 	const struct pvhint_record *r = &h->rec[v];
 	/*
 	 * Sequence-count read: the writer makes version odd, writes steal, makes version even.
-	 * The acquire load of version orders the steal load after it; the acquire fence orders
-	 * the steal load before the second version load. Equal even versions: consistent steal.
+	 * The acquire load of version orders the steal load after it; the acquire load of steal
+	 * orders the second version load after it (no fence: TSan does not model fences). If
+	 * steal came from the writer's release store, the second load sees the odd version or
+	 * later. Equal even versions: a consistent steal.
 	 */
 	for (;;) {
 		uint32_t v1 = __atomic_load_n(&r->version, __ATOMIC_ACQUIRE);
@@ -235,8 +238,7 @@ uint64_t pvhint_steal(const pvhint_t *h, unsigned v)
 			sched_yield(); /* the writer (host or emulator) is mid-update */
 			continue;
 		}
-		uint64_t s = __atomic_load_n(&r->steal, __ATOMIC_RELAXED);
-		__atomic_thread_fence(__ATOMIC_ACQUIRE);
+		uint64_t s = __atomic_load_n(&r->steal, __ATOMIC_ACQUIRE);
 		if (__atomic_load_n(&r->version, __ATOMIC_RELAXED) == v1)
 			return s;
 	}

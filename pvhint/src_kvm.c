@@ -30,16 +30,17 @@ int pvhint__kvm_open(struct pvhint_impl *im, const char *path)
 		err = pvhint__fail(-errno, "kvm: cannot stat %s: %s", path, strerror(errno));
 		goto out;
 	}
-	/* A regular file (tests) must hold the whole area: touching a page past its end is SIGBUS. */
+	/* A regular file (tests) must hold the whole area: touching a page past its end is SIGBUS.
+	 */
 	bool is_file = S_ISREG(st.st_mode);
 	if (is_file && (size_t)st.st_size < PVHINT_HEADER_SIZE) {
-		err = pvhint__fail(-EINVAL, "kvm: %s: truncated (%lld bytes, header needs %u)", path,
-				   (long long)st.st_size, PVHINT_HEADER_SIZE);
+		err = pvhint__fail(-EINVAL, "kvm: %s: truncated (%lld bytes, header needs %u)",
+				   path, (long long)st.st_size, PVHINT_HEADER_SIZE);
 		goto out;
 	}
 
 	const struct pvhint_header *hp =
-		mmap(NULL, PVHINT_HEADER_SIZE, PROT_READ, MAP_SHARED, fd, 0);
+	    mmap(NULL, PVHINT_HEADER_SIZE, PROT_READ, MAP_SHARED, fd, 0);
 	if (hp == MAP_FAILED) {
 		err = pvhint__fail(-errno, "kvm: cannot map the header of %s: %s", path,
 				   strerror(errno));
@@ -73,7 +74,8 @@ int pvhint__kvm_open(struct pvhint_impl *im, const char *path)
 		err = pvhint__fail(-EINVAL, "kvm: %s: bad nr_records %u", path, h.nr_records);
 		goto out;
 	}
-	size_t len = h.header_size + (((size_t)h.nr_records * h.record_stride + pg - 1) & ~(pg - 1));
+	size_t len =
+	    h.header_size + (((size_t)h.nr_records * h.record_stride + pg - 1) & ~(pg - 1));
 	if (is_file && (size_t)st.st_size < len) {
 		err = pvhint__fail(-EINVAL, "kvm: %s: truncated (%lld bytes, %u records need %zu)",
 				   path, (long long)st.st_size, h.nr_records, len);

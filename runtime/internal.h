@@ -183,6 +183,7 @@ struct pvrt_rt {
 	size_t stack_size;
 	uint64_t poll_min, poll_max;
 	int eager_timers;
+	uint64_t timer_slack; /* ns a timer may fire late, to share fires */
 	struct pvrt_ult *primary;
 	uint32_t stop;
 	uint32_t nlive PVRT_ALIGNED;	  /* ULTs other than the primary; futex word */

@@ -100,7 +100,7 @@ static int parse_cpus(const char *s, cpu_set_t *set)
 			return -EINVAL;
 		for (unsigned long c = a; c <= b; c++)
 			CPU_SET(c, set);
-		if (*p == ',')
+		if (*p == ',' && p[1])
 			p++;
 		else if (*p)
 			return -EINVAL;
@@ -124,6 +124,7 @@ struct settings {
 	const struct pvrt_sched_policy *pol;
 	uint64_t poll_min, poll_max;
 	int eager;
+	uint64_t slack;
 };
 
 static int configure(const struct pvrt_config *c, struct settings *s)
@@ -217,6 +218,16 @@ static int configure(const struct pvrt_config *c, struct settings *s)
 	else
 		return failf(-EINVAL, "PVRT_TIMER: unknown mode '%s' (accepted: lazy, eager)%s", tm,
 			     "");
+	if (c->timer_slack_ns < -1 || c->timer_slack_ns > 1000000000)
+		return pvrt_fail(-EINVAL, "pvrt_init: timer_slack_ns must be -1 or 0..1 s");
+	s->slack = c->timer_slack_ns == -1 ? 0 : (uint64_t)c->timer_slack_ns;
+	if (!c->timer_slack_ns) {
+		s->slack = 50000;
+		if ((e = env_or(NULL, "PVRT_TIMER_SLACK_NS")) &&
+		    (parse_u64(e, &s->slack, false) || s->slack > 1000000000))
+			return failf(-EINVAL, "PVRT_TIMER_SLACK_NS: '%s' is not a number of ns%s", e,
+				     "");
+	}
 	return 0;
 }
 
@@ -535,6 +546,7 @@ int pvrt_init(const struct pvrt_config *c)
 	pvrt_rt.poll_min = s.poll_min;
 	pvrt_rt.poll_max = s.poll_max;
 	pvrt_rt.eager_timers = s.eager;
+	pvrt_rt.timer_slack = s.slack;
 	pvrt_rt.w = pvrt_alloc(s.nw * sizeof(*pvrt_rt.w));
 	if (!pvrt_rt.w)
 		goto nomem;
@@ -631,12 +643,18 @@ int pvrt_finalize(void)
 	if (pvrt_ult_current() != pvrt_rt.primary)
 		return pvrt_fail(-EPERM, "pvrt_finalize: only the primary ULT (the thread that "
 					 "called pvrt_init) may finalize");
-	/* Wait for every other ULT; ult_exit wakes us when the count drops to 0. */
+	/* Wait for every other ULT; ult_exit wakes us when the count drops to 0. Then the
+	 * primary's own key values are destroyed, as if it exited (their destructors may still
+	 * use the runtime, so wait again afterwards). */
 	for (;;) {
 		uint32_t n = __atomic_load_n(&pvrt_rt.nlive, __ATOMIC_ACQUIRE);
-		if (!n)
+		if (n) {
+			pvrt_futex_wait(&pvrt_rt.nlive, n, CLOCK_MONOTONIC, NULL);
+			continue;
+		}
+		if (!pvrt_rt.primary->keys)
 			break;
-		pvrt_futex_wait(&pvrt_rt.nlive, n, CLOCK_MONOTONIC, NULL);
+		pvrt_keys_run_destructors(&pvrt_rt.primary->keys);
 	}
 	pthread_mutex_lock(&life_lock);
 	stop_workers(pvrt_rt.nw);

@@ -14,6 +14,11 @@
  * never later than the earliest pending deadline, which is all correctness needs. The eager
  * variant (PVRT_TIMER=eager) re-arms at every add and cancel, for comparison.
  *
+ * Slack, as the kernel's hrtimers have it (timer_slack_ns): a timer with deadline d may fire
+ * anywhere in [d, d + slack]. The worker arms the earliest d + slack and, when that fires, runs
+ * every timer whose d has passed, so timers close together share one fire and one arm. The
+ * slack (PVRT_TIMER_SLACK_NS, default 50 us like Linux's) applies to both variants.
+ *
  * Timers are added only by the heap's own worker (a ULT arms on the worker it runs on) and fire
  * only there; cancellation may come from any worker. A timer fires under the heap lock, so a
  * canceller that takes the lock knows the callback is over when it gets it.
@@ -105,9 +110,9 @@ void pvrt_timer_add(struct pvrt_worker *w, struct pvrt_timer *t)
 	w->nheap++;
 	sift_up(w, w->nheap - 1);
 	if (pvrt_rt.eager_timers)
-		arm(w, w->heap[0]->deadline);
-	else if (t->deadline < w->armed)
-		arm(w, t->deadline);
+		arm(w, w->heap[0]->deadline + pvrt_rt.timer_slack);
+	else if (t->deadline + pvrt_rt.timer_slack < w->armed)
+		arm(w, t->deadline + pvrt_rt.timer_slack);
 	pvrt_lock_release(&w->tlock);
 	__atomic_fetch_add(&w->st_timer_adds, 1, __ATOMIC_RELAXED);
 }
@@ -121,7 +126,7 @@ void pvrt_timer_cancel(struct pvrt_timer *t)
 	if (t->pos) {
 		heap_remove(w, t);
 		if (pvrt_rt.eager_timers)
-			arm(w, w->nheap ? w->heap[0]->deadline : UINT64_MAX);
+			arm(w, w->nheap ? w->heap[0]->deadline + pvrt_rt.timer_slack : UINT64_MAX);
 	}
 	pvrt_lock_release(&w->tlock);
 }
@@ -142,7 +147,7 @@ unsigned pvrt_timers_run(struct pvrt_worker *w, uint64_t now)
 		n++;
 	}
 	/* Arm the next deadline from here (both variants). */
-	arm(w, w->nheap ? w->heap[0]->deadline : UINT64_MAX);
+	arm(w, w->nheap ? w->heap[0]->deadline + pvrt_rt.timer_slack : UINT64_MAX);
 	pvrt_lock_release(&w->tlock);
 	return n;
 }

@@ -528,7 +528,8 @@ bool pvrt_has_work(struct pvrt_worker *w)
 	return false;
 }
 
-/* The next ULT for w when the running one stops; checks timers now and then. */
+/* The next ULT for w when the running one yields or exits (holding no lock); checks timers now
+ * and then. */
 static struct pvrt_ult *pick_next(struct pvrt_worker *w)
 {
 	uint64_t armed = __atomic_load_n(&w->armed, __ATOMIC_RELAXED);
@@ -590,7 +591,15 @@ void pvrt_ult_block(void (*post)(struct pvrt_worker *, void *), void *arg)
 {
 	struct pvrt_worker *w = pvrt_tls_worker;
 	struct pvrt_ult *self = w->cur;
-	struct pvrt_ult *next = pick_next(w);
+	/*
+	 * No timers fired here: the caller may hold a lock its post action releases (a futex
+	 * bucket), and a timer callback may need that very lock. When timers are due, go to the
+	 * scheduler context instead: it fires them after the post action ran.
+	 */
+	struct pvrt_ult *next = NULL;
+	uint64_t armed = __atomic_load_n(&w->armed, __ATOMIC_RELAXED);
+	if (likely(armed == UINT64_MAX) || (++w->tick & 63) || !pvrt_timers_due(w, pvrt_now_ns()))
+		next = pvrt_local_next(w);
 	switch_ctx(w, &self->ctx, next, post, arg, 0);
 }
 

@@ -75,7 +75,8 @@ static inline uint32_t pvhint_nr_vcpus(const pvhint_t *h)
 static inline bool pvhint_vcpu_preempted(const pvhint_t *h, unsigned v)
 {
 	/* Relaxed: a hint; the host (or emulator) writes it concurrently. */
-	return v < h->nr && (__atomic_load_n(&h->rec[v].preempted, __ATOMIC_RELAXED) & PVHINT_PREEMPTED);
+	return v < h->nr &&
+	       (__atomic_load_n(&h->rec[v].preempted, __ATOMIC_RELAXED) & PVHINT_PREEMPTED);
 }
 
 /* Is the physical CPU under vCPU v idle, so a wake-up sent there runs at once? */
@@ -101,7 +102,7 @@ static inline int pvhint_cpu_now(void)
 #if defined(__x86_64__) || defined(__aarch64__)
 	if (__rseq_size > 0) {
 		const struct rseq *rs =
-			(const struct rseq *)((char *)__builtin_thread_pointer() + __rseq_offset);
+		    (const struct rseq *)((char *)__builtin_thread_pointer() + __rseq_offset);
 		int cpu = (int)__atomic_load_n(&rs->cpu_id, __ATOMIC_RELAXED);
 		if (cpu >= 0)
 			return cpu;

@@ -39,6 +39,8 @@ struct pvrt_config {
 	uint64_t poll_min_ns;  /* $PVRT_POLL_MIN_NS: first halt-poll window; default 10 us */
 	uint64_t poll_max_ns;  /* $PVRT_POLL_MAX_NS: largest window; default 200 us (0: no poll) */
 	const char *timer;     /* $PVRT_TIMER: "lazy" (default) or "eager" re-arming */
+	int64_t timer_slack_ns; /* $PVRT_TIMER_SLACK_NS: timers may fire this late; default 50 us
+				 * (-1: none) */
 	int no_segv_handler;   /* 1: do not install the stack-overflow SIGSEGV handler */
 };
 

@@ -8,22 +8,22 @@
 #include <stdlib.h>
 #include <time.h>
 
-#define CHECK(c)                                                                           \
-	do {                                                                               \
-		if (!(c)) {                                                                \
-			fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #c); \
-			exit(1);                                                           \
-		}                                                                          \
+#define CHECK(c)                                                                                   \
+	do {                                                                                       \
+		if (!(c)) {                                                                        \
+			fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #c);      \
+			exit(1);                                                                   \
+		}                                                                                  \
 	} while (0)
 
-#define CHECK_EQ(a, b)                                                                     \
-	do {                                                                               \
-		long long a_ = (long long)(a), b_ = (long long)(b);                        \
-		if (a_ != b_) {                                                            \
-			fprintf(stderr, "%s:%d: check failed: %s == %s (%lld != %lld)\n",   \
-				__FILE__, __LINE__, #a, #b, a_, b_);                       \
-			exit(1);                                                           \
-		}                                                                          \
+#define CHECK_EQ(a, b)                                                                             \
+	do {                                                                                       \
+		long long a_ = (long long)(a), b_ = (long long)(b);                                \
+		if (a_ != b_) {                                                                    \
+			fprintf(stderr, "%s:%d: check failed: %s == %s (%lld != %lld)\n",          \
+				__FILE__, __LINE__, #a, #b, a_, b_);                               \
+			exit(1);                                                                   \
+		}                                                                                  \
 	} while (0)
 
 static inline uint64_t test_now_ns(void)

@@ -142,8 +142,7 @@ int main(void)
 	/* wait until the blocking ones sleep in the kernel */
 	uint64_t t_end = test_now_ns() + 10000000000ull;
 	for (int k = 0; k <= T_SLEEP; k++) {
-		while (!__atomic_load_n(&tids[k], __ATOMIC_ACQUIRE) ||
-		       task_state(tids[k]) != 'S')
+		while (!__atomic_load_n(&tids[k], __ATOMIC_ACQUIRE) || task_state(tids[k]) != 'S')
 			CHECK(test_now_ns() < t_end);
 	}
 	/* many stops and resumes while they block; the nanosleep one spans about 800 ms */

@@ -18,12 +18,12 @@ static pvhint_t *h;
 
 struct spinner {
 	unsigned vcpu;
-	uint64_t count;	      /* progress */
-	int stop;	      /* ask it to finish */
-	int attached;	      /* set once attached */
-	int errno_bad;	      /* errno changed under it */
-	int park_now;	      /* ask it to park */
-	int parked;	      /* it is inside park..unpark */
+	uint64_t count; /* progress */
+	int stop;	/* ask it to finish */
+	int attached;	/* set once attached */
+	int errno_bad;	/* errno changed under it */
+	int park_now;	/* ask it to park */
+	int parked;	/* it is inside park..unpark */
 };
 
 static void *spin_main(void *arg)
@@ -71,9 +71,8 @@ static void wait_progress(struct spinner *s)
 
 int main(void)
 {
-	CHECK(!pvhint_open(&(struct pvhint_options){.source = "emu",
-						    .emu = "vcpus=4,pcpus=2,mode=script"},
-			   &h));
+	CHECK(!pvhint_open(
+	    &(struct pvhint_options){.source = "emu", .emu = "vcpus=4,pcpus=2,mode=script"}, &h));
 	struct spinner sp[5] = {{.vcpu = 0}, {.vcpu = 1}, {.vcpu = 2}, {.vcpu = 3}, {.vcpu = 1}};
 	pthread_t th[5];
 	for (int i = 0; i < 5; i++) {
@@ -93,10 +92,15 @@ int main(void)
 		CHECK(pvhint_vcpu_preempted(h, 1));
 		CHECK(!pvhint_vcpu_preempted(h, 0));
 		uint64_t c1 = count(&sp[1]), c4 = count(&sp[4]);
+		struct pvhint_emu_stats sa;
+		CHECK(!pvhint_emu_stats(h, 1, &sa));
 		test_sleep_us(round == 0 ? 30000 : 2000);
-		/* no progress while preempted (the stop completed before deschedule returned) */
-		CHECK_EQ(count(&sp[1]), c1);
-		CHECK_EQ(count(&sp[4]), c4);
+		/* no progress while preempted (the stop completed before deschedule returned),
+		 * unless a thread starved by the machine missed the (50 ms) ack deadline */
+		if (!sa.ack_timeouts) {
+			CHECK_EQ(count(&sp[1]), c1);
+			CHECK_EQ(count(&sp[4]), c4);
+		}
 		CHECK(pvhint_vcpu_preempted(h, 1));
 		wait_progress(&sp[3]); /* others run */
 		CHECK(!pvhint_emu_resume(h, 1));
@@ -108,16 +112,21 @@ int main(void)
 	CHECK(!pvhint_emu_stats(h, 1, &st));
 	CHECK_EQ(st.desched, 20);
 	CHECK_EQ(st.threads, 2);
-	CHECK(st.stops >= 30); /* 2 threads x 20 rounds; an ack may time out on a loaded box */
+	CHECK(st.stops + st.ack_timeouts >= 40); /* 2 threads x 20 rounds */
+	CHECK(st.ack_timeouts <= 4);
 	CHECK(st.stopped_ns > 20 * 2000000ull);
 	CHECK_EQ(st.eintr, 0);
 
-	/* timed deschedule resumes by itself */
-	CHECK(!pvhint_emu_deschedule(h, 2, 20000000));
-	CHECK(pvhint_vcpu_preempted(h, 2));
+	/* timed deschedule resumes by itself (the period starts at the call: on a loaded machine
+	 * the stop itself may take a while, so only check the flag if the call was quick) */
+	uint64_t t_call = test_now_ns();
+	CHECK(!pvhint_emu_deschedule(h, 2, 200000000));
+	if (test_now_ns() - t_call < 100000000)
+		CHECK(pvhint_vcpu_preempted(h, 2));
 	uint64_t t_end = test_now_ns() + 5000000000ull;
 	while (pvhint_vcpu_preempted(h, 2))
 		CHECK(test_now_ns() < t_end);
+	CHECK(test_now_ns() - t_call >= 200000000);
 	wait_progress(&sp[2]);
 
 	/* is_idle: vCPUs 0 and 2 share pCPU 0; deschedule both -> pCPU 0 idle */

@@ -25,13 +25,13 @@ static struct pvhint_record *make_page(uint32_t magic, uint16_t abi, uint32_t nr
 	size_t len = PVHINT_HEADER_SIZE + ((nr * PVHINT_RECORD_SIZE + 4095) & ~4095u);
 	CHECK(ftruncate(fd, size ? size : (off_t)len) == 0);
 	struct pvhint_header h = {
-		.magic = magic,
-		.abi_version = abi,
-		.source = PVHINT_SOURCE_KVM,
-		.header_size = PVHINT_HEADER_SIZE,
-		.record_stride = PVHINT_RECORD_SIZE,
-		.nr_records = nr,
-		.valid = PVHINT_VALID_STEAL | PVHINT_VALID_PREEMPTED,
+	    .magic = magic,
+	    .abi_version = abi,
+	    .source = PVHINT_SOURCE_KVM,
+	    .header_size = PVHINT_HEADER_SIZE,
+	    .record_stride = PVHINT_RECORD_SIZE,
+	    .nr_records = nr,
+	    .valid = PVHINT_VALID_STEAL | PVHINT_VALID_PREEMPTED,
 	};
 	CHECK(pwrite(fd, &h, sizeof(h), 0) == sizeof(h));
 	struct pvhint_record *rec = NULL;

@@ -15,9 +15,9 @@
 static pvhint_t *open_src(const char *src, const char *emu, int *err)
 {
 	pvhint_t *h = NULL;
-	*err = pvhint_open(&(struct pvhint_options){.source = src, .emu = emu,
-						    .kvm_path = "/nonexistent/pvhint"},
-			   &h);
+	*err = pvhint_open(
+	    &(struct pvhint_options){.source = src, .emu = emu, .kvm_path = "/nonexistent/pvhint"},
+	    &h);
 	return h;
 }
 

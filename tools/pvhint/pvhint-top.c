@@ -56,16 +56,17 @@ static void *spin_main(void *arg)
 
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: pvhint-top [--interval SECONDS] [--once] [--json] [--spin N]\n"
-		   "  Live view of per-vCPU hints: preempted, is_idle, steal rate and the fraction\n"
-		   "  of the last interval each vCPU read as preempted.\n"
-		   "  --interval S  refresh period (default 1; 0.01..3600)\n"
-		   "  --once        sample one interval, print, exit\n"
-		   "  --json        print JSON (one object per refresh)\n"
-		   "  --spin N      emu: attach N spinning threads (default: one per vCPU)\n"
-		   "  --help        this text\n"
-		   "Environment: PVRT_HINTS=auto|kvm|emu|none, PVRT_EMU (emulator spec),\n"
-		   "  PVRT_HINT_DEV (kernel page path).\n");
+	fprintf(f,
+		"usage: pvhint-top [--interval SECONDS] [--once] [--json] [--spin N]\n"
+		"  Live view of per-vCPU hints: preempted, is_idle, steal rate and the fraction\n"
+		"  of the last interval each vCPU read as preempted.\n"
+		"  --interval S  refresh period (default 1; 0.01..3600)\n"
+		"  --once        sample one interval, print, exit\n"
+		"  --json        print JSON (one object per refresh)\n"
+		"  --spin N      emu: attach N spinning threads (default: one per vCPU)\n"
+		"  --help        this text\n"
+		"Environment: PVRT_HINTS=auto|kvm|emu|none, PVRT_EMU (emulator spec),\n"
+		"  PVRT_HINT_DEV (kernel page path).\n");
 }
 
 int main(int argc, char **argv)
@@ -73,9 +74,9 @@ int main(int argc, char **argv)
 	double interval = 1.0;
 	int once = 0, json = 0, nspin = -1;
 	static const struct option opts[] = {
-		{"interval", required_argument, NULL, 'i'}, {"once", no_argument, NULL, 'o'},
-		{"json", no_argument, NULL, 'j'},	    {"spin", required_argument, NULL, 's'},
-		{"help", no_argument, NULL, 'h'},	    {NULL, 0, NULL, 0}};
+	    {"interval", required_argument, NULL, 'i'}, {"once", no_argument, NULL, 'o'},
+	    {"json", no_argument, NULL, 'j'},		{"spin", required_argument, NULL, 's'},
+	    {"help", no_argument, NULL, 'h'},		{NULL, 0, NULL, 0}};
 	int c;
 	char *end;
 	while ((c = getopt_long(argc, argv, "i:ojs:h", opts, NULL)) != -1) {
@@ -161,8 +162,8 @@ int main(int argc, char **argv)
 		double span = (double)(t - t0);
 		const struct pvhint_header *hd = pvhint_header(h);
 		if (json) {
-			printf("{\"source\":\"%s\",\"mode\":%s%s%s,\"note\":\"", src, mode ? "\"" : "",
-			       mode ? mode : "null", mode ? "\"" : "");
+			printf("{\"source\":\"%s\",\"mode\":%s%s%s,\"note\":\"", src,
+			       mode ? "\"" : "", mode ? mode : "null", mode ? "\"" : "");
 			for (const char *p = pvhint_note(h); *p; p++)
 				printf(*p == '"' || *p == '\\' ? "\\%c" : "%c", *p);
 			printf("\",\"interval_s\":%.3f,\"valid\":{\"steal\":%s,\"preempted\":%s,"
@@ -180,15 +181,16 @@ int main(int argc, char **argv)
 		}
 		for (unsigned v = 0; v < nr; v++) {
 			uint64_t s = pvhint_steal(h, v);
-			double rate = (double)(s - steal0[v]) / span, frac = (double)pre_ns[v] / span;
+			double rate = (double)(s - steal0[v]) / span,
+			       frac = (double)pre_ns[v] / span;
 			steal0[v] = s;
 			bool p = pvhint_vcpu_preempted(h, v), idle = pvhint_pcpu_idle(h, v);
 			if (json)
 				printf("%s{\"vcpu\":%u,\"preempted\":%s,\"is_idle\":%s,"
 				       "\"steal_ns\":%llu,\"steal_rate\":%.4f,"
 				       "\"preempted_fraction\":%.4f}",
-				       v ? "," : "", v, p ? "true" : "false", idle ? "true" : "false",
-				       (unsigned long long)s, rate, frac);
+				       v ? "," : "", v, p ? "true" : "false",
+				       idle ? "true" : "false", (unsigned long long)s, rate, frac);
 			else
 				printf("%5u %9s %7s %7.1f%% %10.1f%%\n", v, p ? "yes" : "-",
 				       idle ? "yes" : "-", rate * 100, frac * 100);

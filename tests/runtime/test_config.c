@@ -1,0 +1,96 @@
+/* SPDX-License-Identifier: MIT */
+/* Configuration: bad environment values and config fields are clear errors, good ones work. */
+#define _GNU_SOURCE
+#include "check.h"
+
+#include <pvrt/thread.h>
+
+#include <errno.h>
+#include <sched.h>
+#include <string.h>
+
+static void bad_env(const char *var, const char *val, const char *needle)
+{
+	setenv(var, val, 1);
+	int r = pvrt_init(NULL);
+	if (r != -EINVAL || !strstr(pvrt_errmsg(), needle)) {
+		fprintf(stderr, "%s=%s: got %d '%s', wanted -EINVAL naming '%s'\n", var, val, r,
+			pvrt_errmsg(), needle);
+		exit(1);
+	}
+	unsetenv(var);
+}
+
+static void *where(void *a)
+{
+	(void)a;
+	return (void *)(intptr_t)sched_getcpu();
+}
+
+int main(void)
+{
+	static const char *const vars[] = {"PVRT_WORKERS", "PVRT_CPUS", "PVRT_STACK_SIZE",
+					   "PVRT_SCHED", "PVRT_POLL_MIN_NS", "PVRT_POLL_MAX_NS",
+					   "PVRT_TIMER", "PVRT_TIMER_SLACK_NS"};
+	for (unsigned i = 0; i < sizeof(vars) / sizeof(vars[0]); i++)
+		unsetenv(vars[i]);
+	bad_env("PVRT_WORKERS", "0", "PVRT_WORKERS");
+	bad_env("PVRT_WORKERS", "-2", "PVRT_WORKERS");
+	bad_env("PVRT_WORKERS", "4x", "PVRT_WORKERS");
+	bad_env("PVRT_WORKERS", "100000", "PVRT_WORKERS");
+	bad_env("PVRT_CPUS", "zero", "PVRT_CPUS");
+	bad_env("PVRT_CPUS", "3-1", "PVRT_CPUS");
+	bad_env("PVRT_CPUS", "0,", "PVRT_CPUS");
+	bad_env("PVRT_CPUS", "1000", "PVRT_CPUS");
+	bad_env("PVRT_STACK_SIZE", "12", "PVRT_STACK_SIZE");
+	bad_env("PVRT_STACK_SIZE", "64q", "PVRT_STACK_SIZE");
+	bad_env("PVRT_SCHED", "fastest", "random");
+	bad_env("PVRT_POLL_MAX_NS", "soon", "PVRT_POLL_MAX_NS");
+	bad_env("PVRT_POLL_MIN_NS", "-1", "PVRT_POLL_MIN_NS");
+	bad_env("PVRT_TIMER", "sometimes", "lazy");
+	bad_env("PVRT_TIMER_SLACK_NS", "x", "PVRT_TIMER_SLACK_NS");
+	/* A CPU outside the affinity mask. */
+	cpu_set_t m;
+	sched_getaffinity(0, sizeof(m), &m);
+	int out = -1;
+	for (int c = 0; c < 1000 && out < 0; c++)
+		if (!CPU_ISSET(c, &m))
+			out = c;
+	char buf[16];
+	snprintf(buf, sizeof(buf), "%d", out);
+	bad_env("PVRT_CPUS", buf, "affinity mask");
+
+	struct pvrt_config c;
+	pvrt_config_init(&c);
+	c.workers = 100000;
+	CHECK_EQ(pvrt_init(&c), -EINVAL);
+	pvrt_config_init(&c);
+	c.timer_slack_ns = -5;
+	CHECK_EQ(pvrt_init(&c), -EINVAL);
+
+	/* Good: one CPU, three workers sharing it, 8 MiB default stacks. */
+	int first = -1;
+	for (int i = 0; i < CPU_SETSIZE && first < 0; i++)
+		if (CPU_ISSET(i, &m))
+			first = i;
+	snprintf(buf, sizeof(buf), "%d", first);
+	setenv("PVRT_CPUS", buf, 1);
+	setenv("PVRT_WORKERS", "3", 1);
+	setenv("PVRT_STACK_SIZE", "8m", 1);
+	setenv("PVRT_TIMER", "eager", 1);
+	CHECK_EQ(pvrt_init(NULL), 0);
+	CHECK_EQ(pvrt_nworkers(), 3);
+	pvrt_thread_attr_t a;
+	pvrt_thread_attr_init(&a);
+	for (int w = 0; w < 3; w++) {
+		a.worker = w;
+		pvrt_thread_t t;
+		void *cpu;
+		CHECK_EQ(pvrt_thread_create(&t, &a, where, NULL), 0);
+		CHECK_EQ(pvrt_thread_join(t, &cpu), 0);
+		CHECK_EQ((intptr_t)cpu, first); /* every worker is pinned to the one CPU */
+	}
+	CHECK_EQ(pvrt_finalize(), 0);
+	printf("ok\n");
+	return 0;
+}

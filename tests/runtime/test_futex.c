@@ -1,0 +1,155 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * pvrt_futex for ULTs and foreign threads: value check, wake counts, timeouts on both clocks,
+ * bad arguments, and a no-lost-wake-up stress where ULTs and threads pass a token around through
+ * one futex word each (a lost wake-up hangs the test; ctest's timeout fails it).
+ */
+#define _GNU_SOURCE
+#include "check.h"
+#include "futex.h"
+
+#include <pvrt/thread.h>
+
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <string.h>
+
+static uint64_t now_ns(clockid_t c)
+{
+	struct timespec ts;
+	clock_gettime(c, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static struct timespec in_ns(clockid_t c, uint64_t ns)
+{
+	uint64_t t = now_ns(c) + ns;
+	return (struct timespec){.tv_sec = (time_t)(t / 1000000000ull), .tv_nsec = (long)(t % 1000000000ull)};
+}
+
+static void timeouts(void)
+{
+	uint32_t w = 0;
+	clockid_t clocks[2] = {CLOCK_MONOTONIC, CLOCK_REALTIME};
+	for (int i = 0; i < 2; i++) {
+		uint64_t t0 = now_ns(clocks[i]);
+		struct timespec ts = in_ns(clocks[i], 2000000);
+		CHECK_EQ(pvrt_futex_wait(&w, 0, clocks[i], &ts), -ETIMEDOUT);
+		CHECK(now_ns(clocks[i]) >= t0 + 2000000 - 1000);
+		/* In the past: value checked first. */
+		struct timespec past = {1, 0};
+		CHECK_EQ(pvrt_futex_wait(&w, 0, clocks[i], &past), -ETIMEDOUT);
+		CHECK_EQ(pvrt_futex_wait(&w, 1, clocks[i], &past), -EAGAIN);
+	}
+	CHECK_EQ(pvrt_futex_wait(&w, 1, CLOCK_MONOTONIC, NULL), -EAGAIN);
+	struct timespec bad = {0, 1000000000L};
+	CHECK_EQ(pvrt_futex_wait(&w, 0, CLOCK_MONOTONIC, &bad), -EINVAL);
+	CHECK_EQ(pvrt_futex_wait(&w, 0, CLOCK_PROCESS_CPUTIME_ID, NULL), -EINVAL);
+	CHECK_EQ(pvrt_futex_wake(&w, 0), 0);
+	CHECK_EQ(pvrt_futex_wake(&w, 5), 0);
+}
+
+static void *ult_timeouts(void *a)
+{
+	(void)a;
+	timeouts();
+	return NULL;
+}
+
+static void *thread_timeouts(void *a)
+{
+	(void)a;
+	timeouts();
+	return NULL;
+}
+
+/* Waiters of both kinds on one word; wake counts. */
+static uint32_t word;
+static int woken;
+
+static void *waiter(void *a)
+{
+	(void)a;
+	while (__atomic_load_n(&word, __ATOMIC_ACQUIRE) == 0)
+		pvrt_futex_wait(&word, 0, CLOCK_MONOTONIC, NULL);
+	__atomic_add_fetch(&woken, 1, __ATOMIC_RELAXED);
+	return NULL;
+}
+
+/* Token ring: N participants (ULTs and threads), participant i waits for turn == i. */
+#define RING 6
+#define LAPS 3000
+static uint32_t turn;
+
+static void *ring_member(void *a)
+{
+	uint32_t me = (uint32_t)(uintptr_t)a;
+	for (int lap = 0; lap < LAPS; lap++) {
+		uint32_t t;
+		while ((t = __atomic_load_n(&turn, __ATOMIC_ACQUIRE)) % RING != me)
+			pvrt_futex_wait(&turn, t, CLOCK_MONOTONIC, NULL);
+		__atomic_store_n(&turn, t + 1, __ATOMIC_RELEASE);
+		pvrt_futex_wake(&turn, INT_MAX);
+	}
+	return NULL;
+}
+
+/* Join a pthread from the primary ULT without blocking worker 0 in the kernel. */
+static void join_thread(pthread_t t)
+{
+	while (pthread_tryjoin_np(t, NULL))
+		pvrt_thread_sleep(100000);
+}
+
+int main(void)
+{
+	/* Without the runtime: plain threads. */
+	timeouts();
+	CHECK_EQ(pvrt_init(NULL), 0);
+	timeouts(); /* the primary ULT */
+	pvrt_thread_t t;
+	CHECK_EQ(pvrt_thread_create(&t, NULL, ult_timeouts, NULL), 0);
+	CHECK_EQ(pvrt_thread_join(t, NULL), 0);
+	pthread_t th;
+	CHECK_EQ(pthread_create(&th, NULL, thread_timeouts, NULL), 0);
+	join_thread(th);
+
+	/* 8 ULT waiters and 2 thread waiters; wake 3, then the rest. */
+	pvrt_thread_t u[8];
+	pthread_t p[2];
+	for (int i = 0; i < 8; i++)
+		CHECK_EQ(pvrt_thread_create(&u[i], NULL, waiter, NULL), 0);
+	for (int i = 0; i < 2; i++)
+		CHECK_EQ(pthread_create(&p[i], NULL, waiter, NULL), 0);
+	/* Wake-ups before the value changes are spurious: waiters re-check and wait again. */
+	for (int i = 0; i < 50; i++) {
+		pvrt_futex_wake(&word, 3);
+		pvrt_thread_yield();
+	}
+	CHECK_EQ(__atomic_load_n(&woken, __ATOMIC_RELAXED), 0);
+	__atomic_store_n(&word, 1, __ATOMIC_RELEASE);
+	pvrt_futex_wake(&word, INT_MAX);
+	for (int i = 0; i < 8; i++)
+		CHECK_EQ(pvrt_thread_join(u[i], NULL), 0);
+	for (int i = 0; i < 2; i++)
+		join_thread(p[i]);
+	CHECK_EQ(woken, 10);
+
+	/* Token ring: 4 ULTs and 2 threads. */
+	pvrt_thread_t ru[4];
+	pthread_t rp[2];
+	for (int i = 0; i < 4; i++)
+		CHECK_EQ(pvrt_thread_create(&ru[i], NULL, ring_member, (void *)(uintptr_t)i), 0);
+	for (int i = 0; i < 2; i++)
+		CHECK_EQ(pthread_create(&rp[i], NULL, ring_member, (void *)(uintptr_t)(4 + i)), 0);
+	for (int i = 0; i < 4; i++)
+		CHECK_EQ(pvrt_thread_join(ru[i], NULL), 0);
+	for (int i = 0; i < 2; i++)
+		join_thread(rp[i]);
+	CHECK_EQ(turn, RING * LAPS);
+	CHECK_EQ(pvrt_finalize(), 0);
+	printf("ok\n");
+	return 0;
+}

@@ -98,6 +98,11 @@ static void lk_atfork_child(void)
 {
 	/* The forking thread has a new tid in the child. */
 	lk_tid_cache = 0;
+	/* The hint source's threads (the emulator's control thread) did not survive the fork, and
+	 * its locks may have been held by them: report no parks from the child. The hint page
+	 * stays readable (frozen values are still only hints). */
+	if (__atomic_load_n(&lk_default_ptr, __ATOMIC_RELAXED))
+		__atomic_store_n(&lk_default_ptr, &lk_none_handle, __ATOMIC_RELAXED);
 	/* A child counts its own events only (the copied counts are the parent's). */
 	lk_stats_reset();
 }
@@ -118,7 +123,10 @@ int lk_park(uint32_t *addr, uint32_t val, clockid_t clk, const struct timespec *
 	    enum pvrt_lock_class cls)
 {
 	pvhint_t *ph = lk_park_handle();
-	bool tell = ph && ph != &lk_none_handle && !lk_in_hint;
+	/* A ULT does not block its worker: it switches away, and the runtime reports the worker's
+	 * own idle parking. (It must not touch lk_in_hint either: it may resume on another worker,
+	 * whose thread-local data another ULT may be using.) */
+	bool tell = ph && ph != &lk_none_handle && !lk_in_hint && !lk_self_ult();
 	lk_stat(cls, LK_PARKS);
 	if (tell) {
 		lk_in_hint = 1;
@@ -185,9 +193,13 @@ void lk_stat_add_slow(enum pvrt_lock_class cls, enum lk_stat s)
 
 static void lk_stats_reset(void)
 {
-	/* Only the forking thread exists in the child: plain writes are race-free. */
-	memset(lk_pool, 0, sizeof(lk_pool));
-	memset(&lk_shared, 0, sizeof(lk_shared));
+	/* Only the forking thread exists in the child: plain writes are race-free. Only the used
+	 * blocks are cleared (no page of an unused pool is touched). */
+	unsigned used = lk_pool_used < LK_POOL ? lk_pool_used : LK_POOL;
+	if (used)
+		memset(lk_pool, 0, used * sizeof(lk_pool[0]));
+	if (lk_pool_used > LK_POOL)
+		memset(&lk_shared, 0, sizeof(lk_shared));
 	lk_pool_used = 0;
 	lk_my = NULL;
 }

@@ -24,8 +24,12 @@ if command -v sysbench >/dev/null 2>&1; then
 fi
 if command -v stress-ng >/dev/null 2>&1; then
 	for s in mutex futex pthread; do
-		out=$("$run" --stats -- stress-ng --$s 2 --$s-ops 2000 --timeout 20s 2>&1) ||
-			fail "stress-ng --$s: $out"
+		# A loaded machine can refuse stress-ng's threads ("out of system resources"): retry.
+		for try in 1 2 3; do
+			out=$("$run" --stats -- stress-ng --$s 2 --$s-ops 2000 --timeout 20s 2>&1) && break
+			echo "$out" | grep -q "out of system resources" || fail "stress-ng --$s: $out"
+			sleep 1
+		done
 		echo "$out" | grep -q "successful run completed" || fail "stress-ng --$s: $out"
 		echo "stress-ng --$s: OK"
 	done

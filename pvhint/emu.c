@@ -67,6 +67,7 @@
 #include <linux/futex.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
@@ -776,11 +777,15 @@ int pvhint__emu_open(struct pvhint_impl *im, const char *spec, const char *label
 	}
 	for (unsigned p = 0; p < c.pcpus; p++)
 		e->cur[p] = -1;
-	err =
-	    pvhint__page_alloc(im, PVHINT_SOURCE_EMU, c.vcpus,
-			       PVHINT_VALID_STEAL | PVHINT_VALID_PREEMPTED | PVHINT_VALID_IS_IDLE);
-	if (err)
+	err = pvhint__page_alloc(im, PVHINT_SOURCE_EMU, c.vcpus,
+				 PVHINT_VALID_STEAL | PVHINT_VALID_PREEMPTED | PVHINT_VALID_IS_IDLE,
+				 c.export_path[0] ? c.export_path : NULL);
+	if (err) {
+		char why[200]; /* the message lives in the buffer pvhint__fail writes */
+		snprintf(why, sizeof(why), "%s", pvhint_errmsg());
+		pvhint__fail(err, "emu: export: %s", why);
 		goto fail_mem;
+	}
 	e->rec = pvhint__rec_w(im);
 	e->t0 = e->last_flush = now_ns();
 	e->rng = c.seed ? c.seed : 0x9E3779B97F4A7C15ull;

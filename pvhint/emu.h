@@ -19,8 +19,9 @@ struct emu_conf {
 	uint64_t quantum, period, ack_timeout; /* ns */
 	double duty;
 	uint64_t seed;
-	int sig;     /* 0: choose a free real-time signal */
-	unsigned rt; /* try SCHED_FIFO for the control thread */
+	int sig;	       /* 0: choose a free real-time signal */
+	unsigned rt;	       /* try SCHED_FIFO for the control thread */
+	char export_path[200]; /* export=: publish the page in this file too */
 };
 
 int pvhint__emu_parse(const char *spec, const char *label, struct emu_conf *c);

@@ -103,6 +103,9 @@ struct observer {
 	unsigned long clear_seen[MAX_CPUS];
 	unsigned long self_preempted;
 	unsigned long loops;
+	/* is_idle: samples with the byte set, per vCPU, and of this vCPU's own byte. */
+	unsigned long idle_seen[MAX_CPUS];
+	unsigned long self_idle;
 	int pin_error;
 };
 
@@ -137,8 +140,10 @@ static void *observe(void *arg)
 
 			if (c == o->cpu) {
 				o->self_preempted += p;
+				o->self_idle += records[c].is_idle != 0;
 				continue;
 			}
+			o->idle_seen[c] += records[c].is_idle != 0;
 			if (p && !last[c])
 				o->set_seen[c]++;
 			if (!p && last[c])
@@ -267,6 +272,87 @@ static void check_security(int fd, size_t area, long page)
 		report(s0 <= s1 && s1 <= s2, "mmap-offset-records",
 		       "record 0 steal through offset %ld: %llu <= %llu <= %llu", page, s0, s1, s2);
 		munmap(p, area - page);
+	}
+}
+
+/* Spin one observer on each vCPU of 'cpus' for observe_s / 2 seconds. */
+static void run_phase(struct observer *obs, const bool *cpus, int online)
+{
+	double t0;
+
+	memset(obs, 0, sizeof(*obs) * MAX_CPUS);
+	atomic_store(&go, false);
+	atomic_store(&stop, false);
+	for (int c = 0; c < online; c++) {
+		obs[c].cpu = c;
+		if (cpus[c] && pthread_create(&obs[c].thread, NULL, observe, &obs[c]) != 0)
+			obs[c].pin_error = EAGAIN;
+	}
+	t0 = now_s();
+	atomic_store_explicit(&go, true, memory_order_release);
+	while (now_s() - t0 < observe_s / 2)
+		usleep(100000);
+	atomic_store_explicit(&stop, true, memory_order_relaxed);
+	for (int c = 0; c < online; c++)
+		if (cpus[c] && !obs[c].pin_error)
+			pthread_join(obs[c].thread, NULL);
+}
+
+/*
+ * is_idle, when the host provides it. busy: the observers of the first phase, one on every vCPU.
+ *  - A running vCPU never sees its own is_idle set (the host clears it before the vCPU runs).
+ *  - The squeezed vCPUs share a physical CPU that both keep busy: while one is preempted, the
+ *    other runs there, so the unsqueezed vCPU sees their is_idle set rarely if ever (< 5% of
+ *    its samples, a margin for the moments the host runs nothing else).
+ *  - Second phase: only the squeezed vCPUs spin; the others halt and their physical CPU goes
+ *    idle, so the squeezed vCPUs see those vCPUs' is_idle set.
+ */
+static void check_is_idle(const struct observer *busy, int online)
+{
+	struct observer idle[MAX_CPUS];
+	bool on[MAX_CPUS] = { false };
+	int watcher = -1;
+
+	for (int c = 0; c < online; c++) {
+		report(busy[c].self_idle == 0, "is-idle-self-running",
+		       "vCPU %d saw its own is_idle set in %lu of %lu loops", c, busy[c].self_idle,
+		       busy[c].loops);
+		if (!squeezed[c] && watcher < 0)
+			watcher = c;
+	}
+	if (watcher < 0) {
+		report(false, "is-idle", "no unsqueezed vCPU to watch from");
+		return;
+	}
+	for (int c = 0; c < online; c++) {
+		if (!squeezed[c])
+			continue;
+		report(busy[watcher].idle_seen[c] * 20 < busy[watcher].loops, "is-idle-busy-pcpu",
+		       "vCPU %d (squeezed, pCPU busy) seen idle in %lu of %lu samples by vCPU %d", c,
+		       busy[watcher].idle_seen[c], busy[watcher].loops, watcher);
+	}
+
+	for (int c = 0; c < online; c++)
+		on[c] = squeezed[c];
+	run_phase(idle, on, online);
+	for (int c = 0; c < online; c++) {
+		unsigned long seen = 0, loops = 0;
+
+		if (squeezed[c]) {
+			report(idle[c].self_idle == 0, "is-idle-self-running",
+			       "second phase: vCPU %d saw its own is_idle set in %lu loops", c,
+			       idle[c].self_idle);
+			continue;
+		}
+		for (int o = 0; o < online; o++) {
+			if (!squeezed[o])
+				continue;
+			seen += idle[o].idle_seen[c];
+			loops += idle[o].loops;
+		}
+		report(seen > 0, "is-idle-idle-pcpu",
+		       "vCPU %d halted on an idle pCPU: seen idle in %lu of %lu samples", c, seen,
+		       loops);
 	}
 }
 
@@ -425,6 +511,9 @@ int main(int argc, char **argv)
 		       "vCPU %d steal %llu -> %llu ns (+%.1f ms in %.0f s)", c, steal0[c], steal1[c],
 		       (steal1[c] - steal0[c]) / 1e6, observe_s);
 	}
+
+	if (h->valid & PVHINT_VALID_IS_IDLE)
+		check_is_idle(obs, online);
 
 	printf("pvhint_check: %s (%d failed)\n", failures ? "FAIL" : "PASS", failures);
 	return failures ? 1 : 0;

@@ -238,11 +238,9 @@ static int lock_slow(pvrt_mutex_t *m, clockid_t clk, const struct timespec *abs,
 		     struct pvrt_ult *u)
 {
 	lk_stat(C, LK_CONTENDED);
-	if (spin_acquire(m, 0, u))
-		return 0;
 	if (timed) {
-		/* glibc's order: a bad timespec is EINVAL only once the caller would block, and a
-		 * negative tv_sec is already expired. */
+		/* glibc's order: a bad timespec is EINVAL once the first attempt failed (not
+		 * before), and a negative tv_sec is already expired. */
 		if (!lk_valid_timespec(abs))
 			return -EINVAL;
 		if (abs->tv_sec < 0)
@@ -251,6 +249,8 @@ static int lock_slow(pvrt_mutex_t *m, clockid_t clk, const struct timespec *abs,
 		clk = CLOCK_MONOTONIC;
 		abs = NULL;
 	}
+	if (spin_acquire(m, 0, u))
+		return 0;
 
 	unsigned lost = 0;
 	uint64_t t0 = 0;

@@ -371,16 +371,16 @@ static void idle(struct pvrt_worker *w)
 
 	/*
 	 * Park. Announce it (park_word = 1, nparked + 1), then look for work once more. A thread
-	 * that queues work for us queues it, fences, then reads park_word (ult.c, inject_to): with
-	 * seq_cst fences on both sides at least one of us sees the other, so either we find the
-	 * work here or it finds park_word == 1 and wakes us. Work queued on other workers' rings is
-	 * covered the same way through nparked (notify_idle), and stop through pvrt_finalize.
+	 * that queues work for us raises our inj.n, then reads park_word (ult.c, inject_to); we
+	 * set park_word, then read inj.n. All with seq_cst operations, so at least one of us sees
+	 * the other: either we find the work here or it finds park_word == 1 and wakes us. stop is
+	 * handled the same way by stop_workers. Work queued on other workers' rings only needs a
+	 * best-effort wake-up (their owners run it anyway): nparked, read racily by notify_idle.
 	 */
-	__atomic_store_n(&w->park_word, 1, __ATOMIC_RELAXED);
+	__atomic_exchange_n(&w->park_word, 1, __ATOMIC_SEQ_CST);
 	__atomic_fetch_add(&pvrt_rt.nparked, 1, __ATOMIC_RELAXED);
-	__atomic_thread_fence(__ATOMIC_SEQ_CST);
 	uint64_t dl = __atomic_load_n(&w->armed, __ATOMIC_RELAXED);
-	if (!pvrt_has_work(w) && !__atomic_load_n(&pvrt_rt.stop, __ATOMIC_RELAXED) &&
+	if (!pvrt_has_work(w) && !__atomic_load_n(&pvrt_rt.stop, __ATOMIC_SEQ_CST) &&
 	    dl > pvrt_now_ns()) {
 		PVRT_STAT_INC(w, st_parks);
 		pvhint_thread_park(pvrt_rt.hint);
@@ -502,6 +502,8 @@ static void stop_workers(unsigned started)
 static void teardown_primary(void)
 {
 	struct pvrt_worker *w0 = pvrt_rt.w[0];
+	/* The primary's TSan fiber is the thread's own: not ours to destroy. */
+	pvrt_rt.primary->ctx.san.tsan_fiber = NULL;
 	if (pvrt_rt.emu)
 		pvhint_emu_detach(pvrt_rt.hint);
 	if (pvrt_rt.segv_installed) {

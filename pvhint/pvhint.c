@@ -1,63 +1,263 @@
 /* SPDX-License-Identifier: MIT */
-/* libpvhint: source selection and the none source. (kvm and emu sources: in progress.) */
+/*
+ * libpvhint: handles, source selection (auto|kvm|emu|none), errors, the process-wide default
+ * handle and the out-of-line queries. The sources live in src_none.c, src_kvm.c and emu.c.
+ */
 #define _GNU_SOURCE
-#include <pvrt/pvhint.h>
+#include "internal.h"
 
-#include <sched.h>
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
-PVRT_API __thread int pvhint_tls_vcpu = -1;
-static __thread const char *errmsg = "no error";
+/*
+ * initial-exec: the emulator's stop handler reads it from signal context, where a lazily
+ * allocated TLS block would be unsafe; libpvhint is always loaded at program start.
+ */
+PVRT_API __thread int pvhint_tls_vcpu __attribute__((tls_model("initial-exec"))) = -1;
 
-static const struct pvhint_header none_header = {
-	.magic = PVHINT_MAGIC,
-	.abi_version = PVHINT_ABI_VERSION,
-	.source = PVHINT_SOURCE_NONE,
-	.header_size = PVHINT_HEADER_SIZE,
-	.record_stride = PVHINT_RECORD_SIZE,
-};
+static __thread char errbuf[256];
+static __thread const char *errmsg;
 
-static int fail(int err, const char *msg)
+int pvhint__fail(int err, const char *fmt, ...)
 {
-	errmsg = msg;
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(errbuf, sizeof(errbuf), fmt, ap);
+	va_end(ap);
+	errmsg = errbuf;
 	return err;
 }
 
 const char *pvhint_errmsg(void)
 {
-	return errmsg;
+	return errmsg ? errmsg : "no error";
 }
+
+uint32_t pvhint__possible_cpus(void)
+{
+	/* Possible CPUs bound every CPU number sched_getcpu()/rseq can return. */
+	long n = sysconf(_SC_NPROCESSORS_CONF);
+	return n > 0 ? (uint32_t)n : 1;
+}
+
+uint32_t pvhint__affinity_cpus(void)
+{
+	cpu_set_t set;
+
+	if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0)
+		return (uint32_t)CPU_COUNT(&set);
+	return pvhint__possible_cpus();
+}
+
+int pvhint__page_alloc(struct pvhint_impl *im, unsigned source, uint32_t nr, uint32_t valid)
+{
+	size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+	size_t len = PVHINT_HEADER_SIZE + (((size_t)nr * PVHINT_RECORD_SIZE + pg - 1) & ~(pg - 1));
+	void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+	if (p == MAP_FAILED)
+		return pvhint__fail(-errno, "cannot map a hint page of %zu bytes: %s", len,
+				    strerror(errno));
+	struct pvhint_header *hdr = p;
+	hdr->magic = PVHINT_MAGIC;
+	hdr->abi_version = PVHINT_ABI_VERSION;
+	hdr->source = (uint16_t)source;
+	hdr->header_size = PVHINT_HEADER_SIZE;
+	hdr->record_stride = PVHINT_RECORD_SIZE;
+	hdr->nr_records = nr;
+	hdr->valid = valid;
+	im->map = p;
+	im->map_len = len;
+	im->hdr = hdr;
+	im->source = source;
+	return 0;
+}
+
+void pvhint__page_free(struct pvhint_impl *im)
+{
+	if (im->map)
+		munmap(im->map, im->map_len);
+	im->map = NULL;
+}
+
+static const char *const accepted = "auto, kvm, emu, none";
 
 int pvhint_open(const struct pvhint_options *opts, pvhint_t **out)
 {
-	const char *src = opts && opts->source ? opts->source : getenv("PVRT_HINTS");
+	const char *src = opts && opts->source ? opts->source : NULL;
+	const char *what = "hint source";
+	int err;
+
+	if (!out)
+		return pvhint__fail(-EINVAL, "pvhint_open: out is NULL");
+	*out = NULL;
+	if (!src) {
+		src = getenv("PVRT_HINTS");
+		what = "PVRT_HINTS";
+	}
 	if (!src || !*src)
 		src = "auto";
-	if (strcmp(src, "auto") && strcmp(src, "none"))
-		return fail(-EINVAL, "PVRT_HINTS: unknown hint source (accepted: auto, kvm, emu, none)");
+
+	const char *kvm_path = opts && opts->kvm_path ? opts->kvm_path : getenv("PVRT_HINT_DEV");
+	if (!kvm_path || !*kvm_path)
+		kvm_path = PVHINT_DEV_PATH;
+	const char *spec = opts && opts->emu ? opts->emu : getenv("PVRT_EMU");
+	const char *spec_label = opts && opts->emu ? "emulator spec" : "PVRT_EMU";
+
 	pvhint_t *h = calloc(1, sizeof(*h));
-	if (!h)
-		return fail(-ENOMEM, "out of memory");
+	struct pvhint_impl *im = calloc(1, sizeof(*im));
+	if (!h || !im) {
+		free(h);
+		free(im);
+		return pvhint__fail(-ENOMEM, "out of memory");
+	}
+
+	if (!strcmp(src, "none")) {
+		err = pvhint__none_open(im);
+	} else if (!strcmp(src, "kvm")) {
+		err = pvhint__kvm_open(im, kvm_path);
+	} else if (!strcmp(src, "emu")) {
+		err = pvhint__emu_open(im, spec, spec_label);
+	} else if (!strcmp(src, "auto")) {
+		/*
+		 * The kernel page when it is there and valid; anything else (missing device, an
+		 * ABI this library does not know, a truncated page) falls back to none, as an
+		 * unpatched machine must keep working. The reason stays in pvhint_note().
+		 */
+		err = pvhint__kvm_open(im, kvm_path);
+		if (err) {
+			snprintf(im->note, sizeof(im->note), "auto: %s; using none",
+				 pvhint_errmsg());
+			err = pvhint__none_open(im);
+		}
+	} else {
+		err = pvhint__fail(-EINVAL, "%s='%s': unknown hint source (accepted: %s)", what,
+				   src, accepted);
+	}
+	if (err) {
+		free(im);
+		free(h);
+		return err;
+	}
+	h->impl = im;
+	h->rec = (const struct pvhint_record *)((const char *)im->map + im->hdr->header_size);
+	h->nr = im->hdr->nr_records;
+	h->valid = im->hdr->valid;
 	*out = h;
 	return 0;
 }
 
 void pvhint_close(pvhint_t *h)
 {
+	if (!h)
+		return;
+	if (h->impl->emu)
+		pvhint__emu_close(h->impl);
+	pvhint__page_free(h->impl);
+	free(h->impl);
 	free(h);
 }
 
 const struct pvhint_header *pvhint_header(const pvhint_t *h)
 {
-	(void)h;
-	return &none_header;
+	return h->impl->hdr;
+}
+
+const char *pvhint_source_name(const pvhint_t *h)
+{
+	switch (h->impl->hdr->source) {
+	case PVHINT_SOURCE_KVM:
+		return "kvm";
+	case PVHINT_SOURCE_EMU:
+		return "emu";
+	case PVHINT_SOURCE_BPF:
+		return "bpf";
+	default:
+		return "none";
+	}
+}
+
+const char *pvhint_note(const pvhint_t *h)
+{
+	return h->impl->note;
+}
+
+/* ---- the process-wide handle ---- */
+
+static pthread_once_t default_once = PTHREAD_ONCE_INIT;
+static pvhint_t *default_h;
+static int default_err;
+static char default_msg[256];
+
+static void default_init(void)
+{
+	default_err = pvhint_open(NULL, &default_h);
+	if (default_err) {
+		snprintf(default_msg, sizeof(default_msg), "%s", pvhint_errmsg());
+		/* The callers still get well-defined answers: all hints false. */
+		if (pvhint_open(&(struct pvhint_options){.source = "none"}, &default_h))
+			default_h = NULL;
+	}
+}
+
+int pvhint_default(pvhint_t **out)
+{
+	/* pthread_once orders the initialisation before every caller's reads of default_h. */
+	pthread_once(&default_once, default_init);
+	*out = default_h;
+	if (default_err)
+		return pvhint__fail(default_err, "%s", default_msg);
+	return default_h ? 0 : pvhint__fail(-ENOMEM, "out of memory");
+}
+
+/* ---- out-of-line queries ---- */
+
+uint64_t pvhint_steal(const pvhint_t *h, unsigned v)
+{
+	if (v >= h->nr)
+		return 0;
+	const struct pvhint_record *r = &h->rec[v];
+	/*
+	 * Sequence-count read: the writer makes version odd, writes steal, makes version even.
+	 * The acquire load of version orders the steal load after it; the acquire load of steal
+	 * orders the second version load after it (no fence: TSan does not model fences). If
+	 * steal came from the writer's release store, the second load sees the odd version or
+	 * later. Equal even versions: a consistent steal.
+	 */
+	for (;;) {
+		uint32_t v1 = __atomic_load_n(&r->version, __ATOMIC_ACQUIRE);
+		if (v1 & 1) {
+			sched_yield(); /* the writer (host or emulator) is mid-update */
+			continue;
+		}
+		uint64_t s = __atomic_load_n(&r->steal, __ATOMIC_ACQUIRE);
+		if (__atomic_load_n(&r->version, __ATOMIC_RELAXED) == v1)
+			return s;
+	}
 }
 
 int pvhint_cpu_slow(void)
 {
 	int c = sched_getcpu();
 	return c < 0 ? 0 : c;
+}
+
+void pvhint_thread_park(pvhint_t *h)
+{
+	if (h && h->impl->emu)
+		pvhint__emu_park(h->impl);
+}
+
+void pvhint_thread_unpark(pvhint_t *h)
+{
+	if (h && h->impl->emu)
+		pvhint__emu_unpark(h->impl);
 }

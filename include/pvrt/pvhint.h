@@ -61,6 +61,8 @@ PVRT_API const char *pvhint_errmsg(void);
 PVRT_API const struct pvhint_header *pvhint_header(const pvhint_t *h);
 /* "kvm", "emu", "bpf" or "none". */
 PVRT_API const char *pvhint_source_name(const pvhint_t *h);
+/* Why 'auto' chose the source it chose ("" when nothing to say): the one-line notice. */
+PVRT_API const char *pvhint_note(const pvhint_t *h);
 
 /* ---- queries: one load from the page each ---- */
 
@@ -73,7 +75,8 @@ static inline uint32_t pvhint_nr_vcpus(const pvhint_t *h)
 static inline bool pvhint_vcpu_preempted(const pvhint_t *h, unsigned v)
 {
 	/* Relaxed: a hint; the host (or emulator) writes it concurrently. */
-	return v < h->nr && (__atomic_load_n(&h->rec[v].preempted, __ATOMIC_RELAXED) & PVHINT_PREEMPTED);
+	return v < h->nr &&
+	       (__atomic_load_n(&h->rec[v].preempted, __ATOMIC_RELAXED) & PVHINT_PREEMPTED);
 }
 
 /* Is the physical CPU under vCPU v idle, so a wake-up sent there runs at once? */
@@ -99,7 +102,7 @@ static inline int pvhint_cpu_now(void)
 #if defined(__x86_64__) || defined(__aarch64__)
 	if (__rseq_size > 0) {
 		const struct rseq *rs =
-			(const struct rseq *)((char *)__builtin_thread_pointer() + __rseq_offset);
+		    (const struct rseq *)((char *)__builtin_thread_pointer() + __rseq_offset);
 		int cpu = (int)__atomic_load_n(&rs->cpu_id, __ATOMIC_RELAXED);
 		if (cpu >= 0)
 			return cpu;
@@ -118,7 +121,11 @@ static inline int pvhint_self_vcpu(void)
 /* ---- telling the source what threads do (no-ops unless the source needs it) ---- */
 
 /* The calling thread is about to block (park) / has woken. The emulator treats a vCPU all of
- * whose attached threads are parked as halted: not preempted, and its pCPU may be idle. */
+ * whose attached threads are parked as halted: not preempted, and its pCPU may be idle. A wait
+ * bracketed by these two is never interrupted by the emulator's stop signal (no EINTR, even for
+ * a timed futex wait), and unpark() returns only once the thread's vCPU runs. The runtime's
+ * kernel waits (pvrt_futex_wait) should be bracketed this way. Cheap no-ops for other sources
+ * and for threads not attached to h. Must be paired on the same thread. */
 PVRT_API void pvhint_thread_park(pvhint_t *h);
 PVRT_API void pvhint_thread_unpark(pvhint_t *h);
 
@@ -136,7 +143,17 @@ PVRT_API void pvhint_thread_unpark(pvhint_t *h);
  *   duty=0.3      noisy: fraction of each period descheduled
  *   period=10ms   noisy/random: period
  *   seed=N        random choices are reproducible
+ *   signal=rtmin+K  the stop signal (default: the first real-time signal from SIGRTMIN+8 up
+ *                 with no handler); a signal that already has a handler is -EBUSY
+ *   ack_timeout=50ms  how long a stop waits for a thread's acknowledgement
+ *   rt=1          run the control thread SCHED_FIFO when permitted (0: never)
  * A bad key or value is -EINVAL with pvhint_errmsg() naming it.
+ *
+ * A descheduled vCPU's attached threads are really stopped (a signal whose handler blocks until
+ * the vCPU runs again), except threads blocked in the kernel, which are left alone so that no
+ * call sees EINTR; see pvhint/README.md for the mechanism and its limits. A vCPU is halted (never
+ * preempted, its pCPU may be idle) while all its attached threads are between
+ * pvhint_thread_park() and pvhint_thread_unpark(); a vCPU with no thread attached is halted.
  */
 
 /* Attach the calling thread to emulated vCPU v (-EINVAL if out of range; -ENOTSUP unless emu).
@@ -145,10 +162,29 @@ PVRT_API int pvhint_emu_attach(pvhint_t *h, unsigned v);
 /* Attach to vCPU (n++ % vcpus): the placement pvrt-run uses for application threads. */
 PVRT_API int pvhint_emu_attach_next(pvhint_t *h);
 PVRT_API int pvhint_emu_detach(pvhint_t *h);
-/* Scripted: deschedule v now for ns nanoseconds (0: until resumed); resume v now.
- * Returns once 'preempted' is set (deschedule) or cleared (resume). */
+/* Scripted (mode=script): deschedule v now for ns nanoseconds (0: until resumed); resume v now.
+ * deschedule returns once 'preempted' is set (if v is runnable) and every attached thread running
+ * user code has stopped (bounded by ack_timeout); resume once the threads are released and
+ * 'preempted' is cleared. -EDEADLK when the caller is attached to v itself. */
 PVRT_API int pvhint_emu_deschedule(pvhint_t *h, unsigned v, uint64_t ns);
 PVRT_API int pvhint_emu_resume(pvhint_t *h, unsigned v);
+
+/* Counters of emulated vCPU v (totals since open). */
+struct pvhint_emu_stats {
+	uint64_t desched;      /* times v was descheduled */
+	uint64_t stops;	       /* thread stops completed by the stop handler */
+	uint64_t stopped_ns;   /* time attached threads spent stopped in the handler */
+	uint64_t ack_timeouts; /* stops not acknowledged within ack_timeout */
+	uint64_t kernel_skips; /* threads left alone because they were blocked in the kernel */
+	uint64_t eintr;	       /* stops that interrupted a call which then failed with EINTR */
+	uint32_t threads;      /* attached now */
+	uint32_t parked;       /* of which parked */
+};
+PVRT_API int pvhint_emu_stats(pvhint_t *h, unsigned v, struct pvhint_emu_stats *out);
+/* The stop signal number in use, or a negative errno unless emu. */
+PVRT_API int pvhint_emu_signal(pvhint_t *h);
+/* "slice", "noisy", "script" or "random"; NULL unless emu. */
+PVRT_API const char *pvhint_emu_mode(pvhint_t *h);
 
 PVRT_END_DECLS
 

@@ -5,12 +5,12 @@
 #include <stdio.h>
 #include <string.h>
 
-#define CHECK(c)                                                                   \
-	do {                                                                       \
-		if (!(c)) {                                                        \
-			fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #c); \
-			return 1;                                                  \
-		}                                                                  \
+#define CHECK(c)                                                                                   \
+	do {                                                                                       \
+		if (!(c)) {                                                                        \
+			fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #c);      \
+			return 1;                                                                  \
+		}                                                                                  \
 	} while (0)
 
 int main(void)
@@ -26,8 +26,8 @@ int main(void)
 	r.preempted = 0x31;
 	r.is_idle = 0x41;
 	memcpy(buf, &r, sizeof(buf));
-	CHECK(buf[0] == 0x08 && buf[7] == 0x01); /* steal: u64 little endian at 0 */
-	CHECK(buf[8] == 0x14 && buf[11] == 0x11); /* version at 8 */
+	CHECK(buf[0] == 0x08 && buf[7] == 0x01);   /* steal: u64 little endian at 0 */
+	CHECK(buf[8] == 0x14 && buf[11] == 0x11);  /* version at 8 */
 	CHECK(buf[12] == 0x24 && buf[15] == 0x21); /* flags at 12 */
 	CHECK(buf[16] == 0x31);			   /* preempted at 16 */
 	CHECK(buf[17] == 0x41);			   /* is_idle at 17: first u8_pad */

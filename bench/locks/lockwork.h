@@ -1,0 +1,284 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * A lock-heavy workload shared by the lock benchmarks (bench/locks) and the
+ * demonstration (tools/locks/pvrt-lock-demo): T threads, each attached to an
+ * emulated vCPU when the default hint source is the overcommit emulator, take
+ * one lock in a loop for a fixed wall time, doing 'cs' units of work inside and
+ * a little outside. Result: total acquisitions per second and the spread of
+ * per-thread counts (fairness).
+ *
+ * Lock variants: pvrt mutex (hints on / off), glibc mutex (default and
+ * adaptive), pthread_spin, and two classic spin locks written here as
+ * baselines: a ticket lock and an MCS queue lock.
+ */
+#ifndef PVRT_BENCH_LOCKWORK_H
+#define PVRT_BENCH_LOCKWORK_H
+
+#define _GNU_SOURCE
+#include <pvrt/lockstat.h>
+#include <pvrt/mutex.h>
+#include <pvrt/pvhint.h>
+
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+enum lw_kind {
+	LW_PVRT,
+	LW_PVRT_NOHINTS,
+	LW_GLIBC,
+	LW_GLIBC_ADAPTIVE,
+	LW_SPIN,
+	LW_TICKET,
+	LW_MCS,
+	LW_NKINDS
+};
+static const char *const lw_names[LW_NKINDS] = {
+    "pvrt", "pvrt_nohints", "glibc", "glibc_adaptive", "pthread_spin", "ticket", "mcs"};
+
+static inline void lw_relax(void)
+{
+#if defined(__x86_64__)
+	__builtin_ia32_pause();
+#elif defined(__aarch64__)
+	__asm__ volatile("yield" ::: "memory");
+#endif
+}
+
+/* ---- ticket lock (baseline): FIFO, everyone spins on 'serving' ---- */
+struct lw_ticket {
+	uint32_t next, serving;
+};
+static inline void lw_ticket_lock(struct lw_ticket *t)
+{
+	/* Relaxed: taking a number orders nothing; the acquire load below does. */
+	uint32_t me = __atomic_fetch_add(&t->next, 1, __ATOMIC_RELAXED);
+	while (__atomic_load_n(&t->serving, __ATOMIC_ACQUIRE) != me)
+		lw_relax();
+}
+static inline void lw_ticket_unlock(struct lw_ticket *t)
+{
+	/* Release: the critical section happens-before the next holder's. */
+	__atomic_store_n(&t->serving, t->serving + 1, __ATOMIC_RELEASE);
+}
+
+/* ---- MCS lock (baseline): FIFO queue, each waiter spins on its own node ---- */
+struct lw_mcs_node {
+	struct lw_mcs_node *next;
+	int locked;
+};
+struct lw_mcs {
+	struct lw_mcs_node *tail;
+};
+static inline void lw_mcs_lock(struct lw_mcs *l, struct lw_mcs_node *n)
+{
+	n->next = NULL;
+	n->locked = 1;
+	/* Acq_rel: publishes our node's fields and acquires the predecessor's. */
+	struct lw_mcs_node *prev = __atomic_exchange_n(&l->tail, n, __ATOMIC_ACQ_REL);
+	if (!prev)
+		return;
+	/* Release: our node is complete before the predecessor can see it. */
+	__atomic_store_n(&prev->next, n, __ATOMIC_RELEASE);
+	while (__atomic_load_n(&n->locked, __ATOMIC_ACQUIRE))
+		lw_relax();
+}
+static inline void lw_mcs_unlock(struct lw_mcs *l, struct lw_mcs_node *n)
+{
+	struct lw_mcs_node *next = __atomic_load_n(&n->next, __ATOMIC_ACQUIRE);
+	if (!next) {
+		struct lw_mcs_node *exp = n;
+		/* Release: the critical section happens-before the next locker's acquire. */
+		if (__atomic_compare_exchange_n(&l->tail, &exp, NULL, false, __ATOMIC_RELEASE,
+						__ATOMIC_RELAXED))
+			return;
+		while (!(next = __atomic_load_n(&n->next, __ATOMIC_ACQUIRE)))
+			lw_relax();
+	}
+	/* Release: hand the lock (and our critical section) to the successor. */
+	__atomic_store_n(&next->locked, 0, __ATOMIC_RELEASE);
+}
+
+/* ---- the workload ---- */
+struct lw_config {
+	enum lw_kind kind;
+	int threads;
+	unsigned cs_work;  /* work units inside the critical section */
+	unsigned out_work; /* work units outside */
+	double seconds;
+};
+
+struct lw_result {
+	double ops_per_s;
+	double fairness; /* min/max of per-thread acquisitions (1 = perfectly fair) */
+	double elapsed;
+	uint64_t total;
+};
+
+struct lw_shared {
+	const struct lw_config *cfg;
+	pvhint_t *emu; /* default handle when it is the emulator, else NULL */
+	pthread_barrier_t start;
+	int stop;
+	pvrt_mutex_t pm;
+	pthread_mutex_t gm;
+	pthread_spinlock_t sl;
+	struct lw_ticket tk;
+	struct lw_mcs mcs;
+	uint64_t shared_counter;
+	uint64_t counts[64];
+};
+
+/* One unit of work: a few dependent arithmetic operations (~5 ns) the compiler cannot drop. */
+static inline uint64_t lw_work(uint64_t x, unsigned units)
+{
+	for (unsigned i = 0; i < units; i++) {
+		x = x * 6364136223846793005ull + 1442695040888963407ull;
+		__asm__ volatile("" : "+r"(x));
+	}
+	return x;
+}
+
+static void *lw_thread(void *p)
+{
+	void **a = p;
+	struct lw_shared *s = a[0];
+	long id = (long)a[1];
+	const struct lw_config *c = s->cfg;
+	if (s->emu && pvhint_tls_vcpu < 0)
+		pvhint_emu_attach_next(s->emu);
+	struct lw_mcs_node node;
+	uint64_t n = 0, x = (uint64_t)id + 1;
+	pthread_barrier_wait(&s->start);
+	while (!__atomic_load_n(&s->stop, __ATOMIC_RELAXED)) {
+		switch (c->kind) {
+		case LW_PVRT:
+		case LW_PVRT_NOHINTS:
+			pvrt_mutex_lock(&s->pm);
+			break;
+		case LW_GLIBC:
+		case LW_GLIBC_ADAPTIVE:
+			pthread_mutex_lock(&s->gm);
+			break;
+		case LW_SPIN:
+			pthread_spin_lock(&s->sl);
+			break;
+		case LW_TICKET:
+			lw_ticket_lock(&s->tk);
+			break;
+		case LW_MCS:
+			lw_mcs_lock(&s->mcs, &node);
+			break;
+		default:
+			break;
+		}
+		s->shared_counter = lw_work(s->shared_counter, c->cs_work);
+		switch (c->kind) {
+		case LW_PVRT:
+		case LW_PVRT_NOHINTS:
+			pvrt_mutex_unlock(&s->pm);
+			break;
+		case LW_GLIBC:
+		case LW_GLIBC_ADAPTIVE:
+			pthread_mutex_unlock(&s->gm);
+			break;
+		case LW_SPIN:
+			pthread_spin_unlock(&s->sl);
+			break;
+		case LW_TICKET:
+			lw_ticket_unlock(&s->tk);
+			break;
+		case LW_MCS:
+			lw_mcs_unlock(&s->mcs, &node);
+			break;
+		default:
+			break;
+		}
+		n++;
+		x = lw_work(x, c->out_work);
+	}
+	__asm__ volatile("" : : "r"(x));
+	s->counts[id] = n;
+	if (s->emu && pvhint_tls_vcpu >= 0)
+		pvhint_emu_detach(s->emu);
+	return NULL;
+}
+
+static inline double lw_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Runs one measurement. Returns 0, or -1 with a message on stderr. */
+static int lw_run(const struct lw_config *c, struct lw_result *out)
+{
+	if (c->threads < 1 || c->threads > 64)
+		return -1;
+	struct lw_shared *s = calloc(1, sizeof(*s));
+	if (!s)
+		return -1;
+	s->cfg = c;
+	pvhint_t *def = NULL;
+	pvhint_default(&def);
+	if (def && !strcmp(pvhint_source_name(def), "emu"))
+		s->emu = def;
+	static pvhint_t *none;
+	if (!none) {
+		struct pvhint_options o = {.source = "none"};
+		if (pvhint_open(&o, &none))
+			none = NULL;
+	}
+	pvrt_locks_set_hints(c->kind == LW_PVRT_NOHINTS ? none : NULL);
+	pvrt_mutex_init(&s->pm, PVRT_MUTEX_NORMAL);
+	pthread_mutexattr_t ma;
+	pthread_mutexattr_init(&ma);
+	if (c->kind == LW_GLIBC_ADAPTIVE)
+		pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_ADAPTIVE_NP);
+	pthread_mutex_init(&s->gm, &ma);
+	pthread_mutexattr_destroy(&ma);
+	pthread_spin_init(&s->sl, PTHREAD_PROCESS_PRIVATE);
+	pthread_barrier_init(&s->start, NULL, (unsigned)c->threads + 1);
+
+	pthread_t t[64];
+	void *args[64][2];
+	for (long i = 0; i < c->threads; i++) {
+		args[i][0] = s;
+		args[i][1] = (void *)i;
+		if (pthread_create(&t[i], NULL, lw_thread, args[i])) {
+			fprintf(stderr, "lockwork: pthread_create failed\n");
+			exit(1);
+		}
+	}
+	pthread_barrier_wait(&s->start);
+	double t0 = lw_now();
+	struct timespec d = {(time_t)c->seconds,
+			     (long)((c->seconds - (double)(time_t)c->seconds) * 1e9)};
+	while (nanosleep(&d, &d))
+		;
+	__atomic_store_n(&s->stop, 1, __ATOMIC_RELAXED);
+	for (int i = 0; i < c->threads; i++)
+		pthread_join(t[i], NULL);
+	double el = lw_now() - t0;
+	uint64_t total = 0, mn = UINT64_MAX, mx = 0;
+	for (int i = 0; i < c->threads; i++) {
+		total += s->counts[i];
+		mn = s->counts[i] < mn ? s->counts[i] : mn;
+		mx = s->counts[i] > mx ? s->counts[i] : mx;
+	}
+	out->total = total;
+	out->elapsed = el;
+	out->ops_per_s = (double)total / el;
+	out->fairness = mx ? (double)mn / (double)mx : 0;
+	pvrt_locks_set_hints(NULL);
+	pthread_barrier_destroy(&s->start);
+	pthread_mutex_destroy(&s->gm);
+	free(s);
+	return 0;
+}
+
+#endif /* PVRT_BENCH_LOCKWORK_H */

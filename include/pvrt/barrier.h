@@ -1,0 +1,37 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * pvrt_barrier: arrivals spin briefly, and park at once when a vCPU is
+ * preempted (a peer they wait for may sit there). Fits in glibc's 32-byte
+ * pthread_barrier_t ('shared' at glibc's offset).
+ */
+#ifndef PVRT_BARRIER_H
+#define PVRT_BARRIER_H
+
+#include <pvrt/export.h>
+
+#include <stdint.h>
+
+PVRT_BEGIN_DECLS
+
+/* Returned to exactly one thread of each round (glibc's PTHREAD_BARRIER_SERIAL_THREAD). */
+#define PVRT_BARRIER_SERIAL_THREAD (-1)
+
+typedef struct pvrt_barrier {
+	uint32_t count;	  /* threads per round */
+	uint32_t arrived; /* arrivals in the current round */
+	uint32_t gen;	  /* round number; the futex waiters park on */
+	int32_t shared;	  /* glibc's 'shared': nonzero marks a process-shared glibc barrier */
+	uint32_t inside;  /* threads inside pvrt_barrier_wait (destroy waits for 0) */
+	uint32_t pad[3];
+} pvrt_barrier_t;
+
+/* count >= 1, else -EINVAL. */
+PVRT_API int pvrt_barrier_init(pvrt_barrier_t *b, unsigned count);
+/* Waits until the threads of the last round have left. */
+PVRT_API int pvrt_barrier_destroy(pvrt_barrier_t *b);
+/* PVRT_BARRIER_SERIAL_THREAD for one thread of the round, 0 for the others. */
+PVRT_API int pvrt_barrier_wait(pvrt_barrier_t *b);
+
+PVRT_END_DECLS
+
+#endif /* PVRT_BARRIER_H */

@@ -1,0 +1,55 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * pvrt_cond: condition variable.
+ *
+ * Each waiter queues a node on its own stack and parks on the node. signal
+ * wakes the oldest waiter. broadcast detaches the whole queue and wakes only
+ * its first waiter; each woken waiter, once it holds the mutex again, wakes the
+ * next one (wait morphing): a broadcast never sends a herd onto the mutex.
+ *
+ * Fits in glibc's 48-byte pthread_cond_t; all zero is a valid condvar using
+ * CLOCK_REALTIME. Spurious wake-ups are possible, as POSIX allows.
+ */
+#ifndef PVRT_COND_H
+#define PVRT_COND_H
+
+#include <pvrt/export.h>
+#include <pvrt/mutex.h>
+
+#include <stdint.h>
+#include <time.h>
+
+PVRT_BEGIN_DECLS
+
+typedef struct pvrt_cond {
+	uint32_t lock;		     /* internal lock word guarding the queue (futex) */
+	uint32_t clock;		     /* 0: CLOCK_REALTIME, 1: CLOCK_MONOTONIC */
+	struct pvrt_cond_node *head; /* oldest waiter */
+	struct pvrt_cond_node *tail;
+	uint32_t pad[3];
+	uint32_t
+	    glibc_wrefs; /* offset of glibc's __wrefs: bit 0 marks a process-shared glibc cond */
+	uint32_t pad2[2];
+} pvrt_cond_t;
+
+#define PVRT_COND_INITIALIZER                                                                      \
+	{                                                                                          \
+		0                                                                                  \
+	}
+
+/* clk: CLOCK_REALTIME or CLOCK_MONOTONIC (used by pvrt_cond_timedwait); -EINVAL otherwise. */
+PVRT_API int pvrt_cond_init(pvrt_cond_t *c, clockid_t clk);
+/* -EBUSY while threads wait. */
+PVRT_API int pvrt_cond_destroy(pvrt_cond_t *c);
+PVRT_API int pvrt_cond_wait(pvrt_cond_t *c, pvrt_mutex_t *m);
+/* abstime on the condvar's clock; -ETIMEDOUT, -EINVAL for a bad timespec. */
+PVRT_API int pvrt_cond_timedwait(pvrt_cond_t *c, pvrt_mutex_t *m, const struct timespec *abstime);
+/* abstime on clk (CLOCK_REALTIME or CLOCK_MONOTONIC). */
+PVRT_API int pvrt_cond_clockwait(pvrt_cond_t *c, pvrt_mutex_t *m, clockid_t clk,
+				 const struct timespec *abstime);
+PVRT_API int pvrt_cond_signal(pvrt_cond_t *c);
+PVRT_API int pvrt_cond_broadcast(pvrt_cond_t *c);
+
+PVRT_END_DECLS
+
+#endif /* PVRT_COND_H */

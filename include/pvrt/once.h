@@ -1,0 +1,24 @@
+/* SPDX-License-Identifier: MIT */
+/* pvrt_once: run an initialiser exactly once; concurrent callers park until it is done. */
+#ifndef PVRT_ONCE_H
+#define PVRT_ONCE_H
+
+#include <pvrt/export.h>
+
+#include <stdint.h>
+
+PVRT_BEGIN_DECLS
+
+typedef struct pvrt_once {
+	uint32_t state; /* 0 not run, 1 running, 2 running with waiters, 3 done */
+} pvrt_once_t;
+#define PVRT_ONCE_INIT                                                                             \
+	{                                                                                          \
+		0                                                                                  \
+	}
+
+PVRT_API int pvrt_once(pvrt_once_t *o, void (*fn)(void));
+
+PVRT_END_DECLS
+
+#endif /* PVRT_ONCE_H */

@@ -1,0 +1,62 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * pvrt_rwlock: reader-writer lock. Nobody spins on a writer whose vCPU is
+ * preempted. Preference as glibc offers: readers (default), or writers
+ * (glibc's PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP: new readers wait
+ * while a writer waits, so a reader must not relock recursively).
+ *
+ * Fits in glibc's 56-byte pthread_rwlock_t ('shared' and 'flags' at glibc's
+ * offsets, so its static initialisers work); all zero is a valid rwlock.
+ */
+#ifndef PVRT_RWLOCK_H
+#define PVRT_RWLOCK_H
+
+#include <pvrt/export.h>
+
+#include <stdint.h>
+#include <time.h>
+
+PVRT_BEGIN_DECLS
+
+enum {
+	PVRT_RWLOCK_PREFER_READER = 0,
+	PVRT_RWLOCK_PREFER_WRITER = 1, /* as in glibc: behaves like PREFER_READER */
+	PVRT_RWLOCK_PREFER_WRITER_NONRECURSIVE = 2,
+};
+
+typedef struct pvrt_rwlock {
+	uint32_t state;	      /* bit 0: writer holds it; readers counted in units of 2 */
+	uint32_t nrwait;      /* readers parked (or about to) */
+	uint32_t rseq;	      /* futex readers park on */
+	uint32_t wseq;	      /* futex writers park on */
+	uint32_t nwwait;      /* writers parked (or about to) */
+	uint32_t writer_vcpu; /* writer's vCPU + 1, published at acquisition */
+	int32_t writer;	      /* writer's thread id (glibc's __cur_writer) */
+	int32_t shared;	      /* glibc's __shared: nonzero marks a process-shared glibc rwlock */
+	uint32_t pad[4];
+	uint32_t flags; /* preference, at glibc's __flags */
+	uint32_t pad2;
+} pvrt_rwlock_t;
+
+#define PVRT_RWLOCK_INITIALIZER                                                                    \
+	{                                                                                          \
+		0                                                                                  \
+	}
+
+PVRT_API int pvrt_rwlock_init(pvrt_rwlock_t *rw, int preference);
+PVRT_API int pvrt_rwlock_destroy(pvrt_rwlock_t *rw);
+/* -EDEADLK if the caller holds it for writing; -EAGAIN on reader count overflow. */
+PVRT_API int pvrt_rwlock_rdlock(pvrt_rwlock_t *rw);
+PVRT_API int pvrt_rwlock_tryrdlock(pvrt_rwlock_t *rw);
+PVRT_API int pvrt_rwlock_timedrdlock(pvrt_rwlock_t *rw, clockid_t clk,
+				     const struct timespec *abstime);
+/* -EDEADLK if the caller holds it for writing. */
+PVRT_API int pvrt_rwlock_wrlock(pvrt_rwlock_t *rw);
+PVRT_API int pvrt_rwlock_trywrlock(pvrt_rwlock_t *rw);
+PVRT_API int pvrt_rwlock_timedwrlock(pvrt_rwlock_t *rw, clockid_t clk,
+				     const struct timespec *abstime);
+PVRT_API int pvrt_rwlock_unlock(pvrt_rwlock_t *rw);
+
+PVRT_END_DECLS
+
+#endif /* PVRT_RWLOCK_H */

@@ -1,0 +1,33 @@
+/* SPDX-License-Identifier: MIT */
+/* pvrt_sem: counting semaphore (process-private), parks on the count. */
+#ifndef PVRT_SEM_H
+#define PVRT_SEM_H
+
+#include <pvrt/export.h>
+
+#include <stdint.h>
+#include <time.h>
+
+PVRT_BEGIN_DECLS
+
+typedef struct pvrt_sem {
+	uint32_t value; /* the count; the futex waiters park on */
+	uint32_t nwait; /* waiters parked (or about to) */
+} pvrt_sem_t;
+
+#define PVRT_SEM_VALUE_MAX 0x7fffffffu
+
+/* value <= PVRT_SEM_VALUE_MAX, else -EINVAL. */
+PVRT_API int pvrt_sem_init(pvrt_sem_t *s, unsigned value);
+PVRT_API int pvrt_sem_destroy(pvrt_sem_t *s);
+/* -EOVERFLOW past PVRT_SEM_VALUE_MAX. */
+PVRT_API int pvrt_sem_post(pvrt_sem_t *s);
+PVRT_API int pvrt_sem_wait(pvrt_sem_t *s);
+/* -EAGAIN when the count is 0. */
+PVRT_API int pvrt_sem_trywait(pvrt_sem_t *s);
+PVRT_API int pvrt_sem_timedwait(pvrt_sem_t *s, clockid_t clk, const struct timespec *abstime);
+PVRT_API int pvrt_sem_getvalue(pvrt_sem_t *s, int *out);
+
+PVRT_END_DECLS
+
+#endif /* PVRT_SEM_H */

@@ -1,0 +1,216 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Internal helpers shared by the pvrt locks: the hint handles, the caller's
+ * thread id, bounded spinning, parking (futex + emulator notification) and
+ * statistics.
+ */
+#ifndef PVRT_LOCKS_LK_H
+#define PVRT_LOCKS_LK_H
+
+#include <pvrt/lockstat.h>
+#include <pvrt/pvhint.h>
+
+#include "futex.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <time.h>
+
+#define lk_likely(x)   __builtin_expect(!!(x), 1)
+#define lk_unlikely(x) __builtin_expect(!!(x), 0)
+
+/*
+ * Spin budgets, in time: a pause costs from a few ns to ~100 ns depending on
+ * the CPU and on whether a hypervisor intercepts it, so counting pauses does
+ * not bound anything. A waiter spins at most LK_SPIN_NS when the hint source
+ * tells preemption (it then spins only while the owner's vCPU runs, which is
+ * productive), and LK_SPIN_BLIND_NS without such hints: the owner may be
+ * descheduled, and a park + wake-up pair costs a few microseconds, so
+ * spinning longer than that cannot win. Between checks of the lock word it
+ * backs off 1, 2, 4 ... LK_BACKOFF_MAX pauses.
+ */
+#define LK_SPIN_NS	 20000ull
+#define LK_SPIN_BLIND_NS 3000ull
+#define LK_BACKOFF_MAX	 16
+/* pthread_spin users expect spinning: a spinlock waiter spins longer before parking. */
+#define LK_SPINLOCK_SPIN_NS 100000ull
+
+/*
+ * Fairness bound of the mutex: a waiter that was woken LK_STARVE_WAKEUPS
+ * times without winning the lock, or has waited LK_STARVE_NS since it first
+ * parked, asks for the lock to be handed to it directly.
+ */
+#define LK_STARVE_WAKEUPS 2
+#define LK_STARVE_NS	  1000000ull
+
+static inline void lk_cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#elif defined(__aarch64__)
+	__asm__ volatile("yield" ::: "memory");
+#else
+	__asm__ volatile("" ::: "memory");
+#endif
+}
+
+static inline void lk_backoff(unsigned *b)
+{
+	for (unsigned i = 0; i < *b; i++)
+		lk_cpu_relax();
+	if (*b < LK_BACKOFF_MAX)
+		*b <<= 1;
+}
+
+/* ---- the runtime (runtime/internal.h; hidden in libpvrt and the preload) ---- */
+struct pvrt_ult;
+/* The calling ULT, NULL in a thread that is not a ULT. */
+struct pvrt_ult *pvrt_ult_current(void);
+struct pvrt_worker;
+extern __thread struct pvrt_worker *pvrt_tls_worker
+    __attribute__((tls_model("initial-exec"), visibility("hidden")));
+/* pvrt_ult_current() without a call for threads that are not workers (the common case for
+ * pthread programs). Only for use at the start of a lock call: a worker's ULT may move to another
+ * worker at any switch, so the test must not be reused after one. */
+static inline struct pvrt_ult *lk_self_ult(void)
+{
+	return __builtin_expect(pvrt_tls_worker == NULL, 1) ? NULL : pvrt_ult_current();
+}
+/* If u is queued ready (not running), switch to it now; true if it ran. Descriptors are
+ * type-stable while the runtime lives, so a stale u is harmless. */
+bool pvrt_ult_try_yield_to(struct pvrt_ult *u);
+/* The calling worker's vCPU, else the vCPU the thread runs on. */
+int pvrt_worker_vcpu(void);
+
+/* ---- hints ---- */
+extern pvhint_t *lk_hints_ptr;
+pvhint_t *lk_hints_slow(void);
+
+/* The handle the locks read hints from (never NULL; source none until opened). */
+static inline pvhint_t *lk_hints(void)
+{
+	/* Acquire: pairs with the release store that publishes an opened handle. */
+	pvhint_t *h = __atomic_load_n(&lk_hints_ptr, __ATOMIC_ACQUIRE);
+	return lk_likely(h != NULL) ? h : lk_hints_slow();
+}
+
+/* Is vCPU+1 'v1' (as stored in owner records; 0 unknown) preempted? */
+static inline bool lk_vcpu1_preempted(pvhint_t *h, uint32_t v1)
+{
+	return v1 != 0 && pvhint_vcpu_preempted(h, v1 - 1);
+}
+
+/* libpvhint is always loaded with us (a DT_NEEDED dependency), so its TLS is in the static block
+ * and the initial-exec model saves a __tls_get_addr call on every acquisition. */
+extern __thread int pvhint_tls_vcpu __attribute__((tls_model("initial-exec")));
+
+/* The caller's vCPU + 1, for owner records. u: the caller's ULT (pvrt_ult_current()) or NULL.
+ * A ULT reports its worker's vCPU, read through a call because a ULT may have moved to another
+ * worker (and thread pointer) since the caller last read thread-local data. */
+static inline uint32_t lk_self_vcpu1(struct pvrt_ult *u)
+{
+	int v = u ? pvrt_worker_vcpu() : pvhint_tls_vcpu;
+	if (v < 0)
+		v = pvhint_cpu_now();
+	return (uint32_t)v + 1;
+}
+
+/* True if any vCPU other than the caller's is preempted (barrier: a missing peer may be there). */
+bool lk_any_other_preempted(pvhint_t *h);
+
+/* ---- the caller's identity for owner checks ----
+ * A thread: its tid (glibc's, cached; reset in a fork child). A ULT: 0x40000000 | its ULT id
+ * (tids stay below 2^22), since the ULTs of one worker share the worker's tid. Both stay below
+ * the mutex's GRANT bit (2^31). */
+extern __thread int lk_tid_cache;
+int lk_tid_slow(void);
+static inline int lk_tid(void)
+{
+	int t = lk_tid_cache;
+	return lk_likely(t != 0) ? t : lk_tid_slow();
+}
+uint64_t pvrt_thread_id(struct pvrt_ult *t);
+static inline int lk_self_id(struct pvrt_ult *u)
+{
+	if (lk_likely(!u))
+		return lk_tid();
+	return (int)(0x40000000u | (uint32_t)(pvrt_thread_id(u) & 0x3fffffffu));
+}
+
+/* ---- parking ---- */
+
+/*
+ * Park on addr while *addr == val (pvrt_futex_wait semantics), telling the
+ * hint source that this thread blocks so an emulated vCPU whose threads all
+ * sleep counts as halted. Returns pvrt_futex_wait's result.
+ */
+int lk_park(uint32_t *addr, uint32_t val, clockid_t clk, const struct timespec *abstime,
+	    enum pvrt_lock_class cls);
+
+static inline int lk_wake(uint32_t *addr, int n)
+{
+	return pvrt_futex_wake(addr, n);
+}
+
+/* A small internal lock (3-state futex lock) for short queue manipulations. */
+void lk_ilock_slow(uint32_t *w);
+static inline void lk_ilock(uint32_t *w)
+{
+	uint32_t z = 0;
+	/* Acquire: the queue written by the previous holder is visible to us. */
+	if (lk_unlikely(
+		!__atomic_compare_exchange_n(w, &z, 1, false, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)))
+		lk_ilock_slow(w);
+}
+static inline void lk_iunlock(uint32_t *w)
+{
+	/* Release: our queue updates are visible to the next holder. */
+	if (lk_unlikely(__atomic_exchange_n(w, 0, __ATOMIC_RELEASE) == 2))
+		lk_wake(w, 1);
+}
+
+/* Validate an absolute timeout and clock the way glibc does before waiting. */
+static inline bool lk_valid_clock(clockid_t clk)
+{
+	return clk == CLOCK_REALTIME || clk == CLOCK_MONOTONIC;
+}
+static inline bool lk_valid_timespec(const struct timespec *ts)
+{
+	return ts->tv_nsec >= 0 && ts->tv_nsec < 1000000000L;
+}
+
+uint64_t lk_now_ns(void);
+
+/* A bounded spin: lk_spin_init() once, then while (lk_spin_more(&sp)) { check; }. */
+struct lk_spin {
+	uint64_t deadline;
+	unsigned backoff;
+};
+static inline uint64_t lk_spin_budget(pvhint_t *h)
+{
+	return (h->valid & PVHINT_VALID_PREEMPTED) ? LK_SPIN_NS : LK_SPIN_BLIND_NS;
+}
+static inline void lk_spin_init(struct lk_spin *sp, uint64_t budget_ns)
+{
+	sp->deadline = lk_now_ns() + budget_ns;
+	sp->backoff = 1;
+}
+/* Back off, then say whether the budget allows another check. */
+static inline bool lk_spin_more(struct lk_spin *sp)
+{
+	lk_backoff(&sp->backoff);
+	return lk_now_ns() < sp->deadline;
+}
+
+/* ---- statistics ---- */
+enum lk_stat { LK_ACQ, LK_CONTENDED, LK_SPIN_CUT, LK_PARKS, LK_HANDOFFS, LK_NSTATS };
+extern int lk_stats_on;
+void lk_stat_add_slow(enum pvrt_lock_class cls, enum lk_stat s);
+static inline void lk_stat(enum pvrt_lock_class cls, enum lk_stat s)
+{
+	/* Relaxed: a switch read often; a late change only loses or adds a few counts. */
+	if (lk_unlikely(__atomic_load_n(&lk_stats_on, __ATOMIC_RELAXED)))
+		lk_stat_add_slow(cls, s);
+}
+
+#endif /* PVRT_LOCKS_LK_H */

@@ -1,0 +1,17 @@
+/* SPDX-License-Identifier: MIT */
+/* Internal: the condvar wait with the mutex operations passed in (the preload uses it with
+ * mutexes that may be glibc's own: robust, process-shared, PI/PP). */
+#ifndef PVRT_LOCKS_LK_COND_H
+#define PVRT_LOCKS_LK_COND_H
+
+#include <pvrt/cond.h>
+
+#include <time.h>
+
+typedef int (*lk_mutex_op)(void *m); /* 0 or a negative errno */
+
+/* abs NULL: no limit; clk must be valid (callers check). */
+int lk_cond_wait(pvrt_cond_t *c, void *m, lk_mutex_op unlock, lk_mutex_op lock, clockid_t clk,
+		 const struct timespec *abs);
+
+#endif /* PVRT_LOCKS_LK_COND_H */

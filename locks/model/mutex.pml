@@ -1,0 +1,302 @@
+/*
+ * Promela model of pvrt_mutex's park/unpark and hand-off protocol (locks/mutex.c).
+ *
+ * Checked (locks/model/check.sh, a ctest): mutual exclusion (assertion) and no
+ * lost wake-up: every process that parks without a timeout is eventually woken,
+ * i.e. there is no reachable state where all processes that have not finished
+ * are blocked for ever (Spin's invalid end state check).
+ *
+ * Model: N processes lock and unlock once; process 1 does it ITER times (more
+ * rounds for every process multiply the states past what a ctest may take:
+ * all three at 2 rounds is 2.3e8 states, 12 GB). Process 0 uses a timed
+ * lock (its waits may time out at any moment, which exercises the hand-off
+ * withdrawal); the others wait without limit, so a lost wake-up leaves them
+ * blocked. The futex: wait(addr, val) atomically compares and queues; wake
+ * dequeues any one waiter (the kernel and the runtime choose; Spin tries every
+ * choice). Each C atomic operation is one atomic step here; plain reads of
+ * 'word' and 'handoff' are separate steps, so every interleaving the C code
+ * allows (all its accesses are sequentially consistent or ordered by the
+ * CASes modelled) is explored. Hints are nondeterministic: at each unlock the
+ * hand-off target may or may not be "preempted"; a waiter may request the
+ * hand-off after any lost wake-up (the starvation bound's trigger).
+ *
+ * Seeded faults it catches (checked by hand): an unlock that cancels a
+ * hand-off registration without waking the target; a woken waiter that
+ * acquires without setting WAITERS again.
+ */
+#define N	3
+#define ITER	2
+#define LOCKED	1
+#define WAITERS 2
+#define HANDOFF 4
+#define GRANT	8
+#define OK	0
+#define EAGAIN	1
+#define TIMEOUT 2
+
+byte word = 0;
+byte handoff = 0;   /* 0, a target (pid+1), or target|GRANT */
+byte incs = 0;      /* processes in the critical section */
+bool wq_word[N];    /* parked on 'word' */
+bool wq_ho[N];      /* parked on 'handoff' */
+
+inline wake_word()
+{
+	atomic {
+		if
+		:: wq_word[0] -> wq_word[0] = 0
+		:: wq_word[1] -> wq_word[1] = 0
+		:: wq_word[2] -> wq_word[2] = 0
+		:: else -> skip
+		fi
+	}
+}
+
+inline wake_ho()
+{
+	atomic {
+		if
+		:: wq_ho[0] -> wq_ho[0] = 0
+		:: wq_ho[1] -> wq_ho[1] = 0
+		:: wq_ho[2] -> wq_ho[2] = 0
+		:: else -> skip
+		fi
+	}
+}
+
+active [N] proctype P()
+{
+	byte w, hw, t, h, extra, it;
+	bool lost, registered, timed;
+	byte r;
+
+	timed = (_pid == 0);
+	it = 0;
+next:
+	if
+	:: it == (_pid == 1 -> ITER : 1) -> goto done
+	:: else -> skip
+	fi;
+	it++;
+
+	/* ---- lock ---- */
+	atomic {
+		if
+		:: word == 0 -> word = LOCKED; goto locked
+		:: else -> skip
+		fi
+	}
+	lost = 0;
+	extra = 0;
+loop:
+	w = word;
+	if
+	:: (w & LOCKED) == 0 ->
+		atomic {
+			if
+			:: word == w -> word = w | LOCKED | extra; goto locked
+			:: else -> skip
+			fi
+		}
+		goto loop
+	:: else -> skip
+	fi;
+	if
+	:: lost -> goto hand   /* starving: ask for the hand-off */
+	:: true -> skip
+	fi;
+park_word:
+	if
+	:: (w & WAITERS) == 0 ->
+		atomic {
+			if
+			:: word == w -> word = w | WAITERS
+			:: else -> goto loop
+			fi
+		}
+		w = w | WAITERS
+	:: else -> skip
+	fi;
+	extra = WAITERS;
+	/* futex wait on word == w */
+	atomic {
+		if
+		:: word == w -> wq_word[_pid] = 1; r = OK
+		:: else -> r = EAGAIN
+		fi
+	}
+	if
+	:: r == OK ->
+		if
+		:: wq_word[_pid] == 0 -> lost = 1
+		:: timed ->
+			atomic {
+				if
+				:: wq_word[_pid] -> wq_word[_pid] = 0; r = TIMEOUT
+				:: else -> lost = 1
+				fi
+			}
+		fi
+	:: else -> skip
+	fi;
+	if
+	:: r == TIMEOUT -> goto next   /* gave up: ETIMEDOUT */
+	:: else -> goto loop
+	fi;
+
+hand:
+	/* handoff_acquire */
+	t = _pid + 1;
+	registered = 0;
+hloop:
+	h = handoff;
+	if
+	:: h == (t | GRANT) -> handoff = 0; goto locked
+	:: else -> skip
+	fi;
+	if
+	:: registered && h != t -> registered = 0
+	:: else -> skip
+	fi;
+	if
+	:: !registered ->
+		if
+		:: h != 0 -> goto park_word   /* someone else is the target: -EAGAIN */
+		:: else -> skip
+		fi;
+		atomic {
+			if
+			:: handoff == 0 -> handoff = t
+			:: else -> goto park_word
+			fi
+		}
+		registered = 1
+	:: else -> skip
+	fi;
+	hw = word;
+	if
+	:: (hw & LOCKED) == 0 ->
+		atomic {
+			if
+			:: word == hw -> word = hw | LOCKED | WAITERS;
+				if
+				:: handoff == t -> handoff = 0
+				:: else -> skip
+				fi;
+				goto locked
+			:: else -> skip
+			fi
+		}
+		goto hloop
+	:: else -> skip
+	fi;
+	if
+	:: (hw & (HANDOFF | WAITERS)) != (HANDOFF | WAITERS) ->
+		atomic {
+			if
+			:: word == hw -> word = hw | HANDOFF | WAITERS
+			:: else -> goto hloop
+			fi
+		}
+	:: else -> skip
+	fi;
+	/* futex wait on handoff == t */
+	atomic {
+		if
+		:: handoff == t -> wq_ho[_pid] = 1; r = OK
+		:: else -> r = EAGAIN
+		fi
+	}
+	if
+	:: r == OK ->
+		if
+		:: wq_ho[_pid] == 0 -> skip
+		:: timed ->
+			atomic {
+				if
+				:: wq_ho[_pid] -> wq_ho[_pid] = 0; r = TIMEOUT
+				:: else -> skip
+				fi
+			}
+		fi
+	:: else -> skip
+	fi;
+	if
+	:: r == TIMEOUT ->
+		/* withdraw: CAS(t -> 0); on failure it may be our grant */
+		atomic {
+			if
+			:: handoff == t -> handoff = 0; goto next
+			:: handoff == (t | GRANT) -> handoff = 0; goto locked
+			:: else -> goto next
+			fi
+		}
+	:: else -> goto hloop
+	fi;
+
+locked:
+	incs++;
+	assert(incs == 1);
+	incs--;
+
+	/* ---- unlock ---- */
+	atomic {
+		if
+		:: word == LOCKED -> word = 0; goto next
+		:: else -> skip
+		fi
+	}
+rloop:
+	w = word;
+	t = handoff;
+	if
+	:: t != 0 && (t & GRANT) == 0 ->
+		if
+		:: true ->   /* the target's vCPU runs: grant */
+			atomic {
+				if
+				:: word == w -> word = w & (255 - HANDOFF)
+				:: else -> goto rloop
+				fi
+			}
+			atomic {
+				if
+				:: handoff == t -> handoff = t | GRANT
+				:: else -> goto rloop
+				fi
+			}
+			wake_ho();
+			goto next
+		:: true -> skip   /* preempted: release normally */
+		fi
+	:: else -> skip
+	fi;
+	atomic {
+		if
+		:: word == w -> word = 0
+		:: else -> goto rloop
+		fi
+	}
+	t = handoff;
+	if
+	:: t != 0 && (t & GRANT) == 0 ->
+		atomic {
+			if
+			:: handoff == t -> handoff = 0; r = OK
+			:: else -> r = EAGAIN
+			fi
+		}
+		if
+		:: r == OK -> wake_ho()
+		:: else -> skip
+		fi
+	:: else -> skip
+	fi;
+	if
+	:: (w & WAITERS) != 0 -> wake_word()
+	:: else -> skip
+	fi;
+	goto next;
+done:
+	skip
+}

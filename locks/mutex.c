@@ -1,0 +1,446 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * pvrt_mutex: spin while the owner runs, park when it does not, hand off to a
+ * starving waiter. The protocol (modelled in locks/model/mutex.pml):
+ *
+ * word = LOCKED | WAITERS | HANDOFF bits.
+ *   lock:    CAS 0 -> LOCKED; else spin (one spinner, bounded, only while the
+ *            owner's vCPU runs); else set WAITERS and park on 'word'. A thread
+ *            that has parked once acquires with WAITERS set, because it cannot
+ *            know whether others still sleep (Drepper's "mutex 3").
+ *   unlock:  CAS LOCKED -> 0; else clear LOCKED (and WAITERS) and wake one.
+ *
+ * hand-off: a waiter that lost LK_STARVE_WAKEUPS times or waited LK_STARVE_NS
+ *   registers in 'handoff' (CAS 0 -> its tid; one target at a time), sets
+ *   HANDOFF in the word while it is LOCKED, and parks on 'handoff'. An unlocker
+ *   that finds a target keeps LOCKED, clears HANDOFF and turns 'handoff' into
+ *   tid|GRANT: ownership passes without the word ever being free. If the
+ *   target's vCPU is preempted the unlocker releases instead and cancels the
+ *   registration ('handoff' -> 0, wake), so the lock is not stuck behind a
+ *   thread that cannot run. Every release that finds a registered target after
+ *   freeing the word cancels it the same way: the target stores its tid, then
+ *   reads the word; the unlocker frees the word, then reads 'handoff' (both
+ *   sequentially consistent), so one of them sees the other (no lost wake-up).
+ */
+#define _GNU_SOURCE
+#include <pvrt/mutex.h>
+
+#include "lk.h"
+
+#include <errno.h>
+#include <stdbool.h>
+
+#define LOCKED	PVRT_MUTEX_LOCKED
+#define WAITERS PVRT_MUTEX_WAITERS
+#define HANDOFF PVRT_MUTEX_HANDOFF
+#define GRANT	0x80000000u /* in 'handoff': target tid | GRANT = the lock is yours */
+#define C	PVRT_LOCK_MUTEX
+
+static inline bool is_target(uint32_t h)
+{
+	return h != 0 && !(h & GRANT);
+}
+
+static inline int mtype(const pvrt_mutex_t *m)
+{
+	/* Relaxed: the type is written by init before the mutex is shared. */
+	return __atomic_load_n(&m->kind, __ATOMIC_RELAXED) & 3;
+}
+
+static inline void publish_owner(pvrt_mutex_t *m, int tid, struct pvrt_ult *u)
+{
+	/* Relaxed: other threads read owner, owner_vcpu and owner_ult only as hints (spinners),
+	 * and the owner checks of recursive/errorcheck mutexes compare with the reader's own tid,
+	 * which only the reader itself stores. */
+	__atomic_store_n(&m->owner, tid, __ATOMIC_RELAXED);
+	__atomic_store_n(&m->owner_vcpu, lk_self_vcpu1(u), __ATOMIC_RELAXED);
+	__atomic_store_n(&m->owner_ult, (void *)u, __ATOMIC_RELAXED);
+}
+
+int pvrt_mutex_init(pvrt_mutex_t *m, int type)
+{
+	if (type < PVRT_MUTEX_NORMAL || type > PVRT_MUTEX_ADAPTIVE)
+		return -EINVAL;
+	*m = (pvrt_mutex_t){.kind = type};
+	return 0;
+}
+
+int pvrt_mutex_destroy(pvrt_mutex_t *m)
+{
+	if (__atomic_load_n(&m->word, __ATOMIC_RELAXED) & LOCKED)
+		return -EBUSY;
+	return 0;
+}
+
+/*
+ * Without preemption hints a spinner cannot tell a running owner from a
+ * descheduled one, so the blind budget adapts per mutex (as glibc's adaptive
+ * mutex does): 'spinner' bits 16-31 keep an estimate of how long a successful
+ * spin takes (64 ns units, +1; 0 = none yet). A success moves the estimate
+ * 1/8 towards its duration; a spin that runs out shrinks it by a quarter, so
+ * a mutex whose owners get descheduled (or sleep while holding it) soon costs
+ * its waiters little more than glibc's immediate park. The budget is twice
+ * the estimate plus 500 ns, at most LK_SPIN_BLIND_NS.
+ */
+#define SPINNING    1u
+#define EST_SHIFT   16
+#define EST_UNIT_NS 64u
+
+static uint64_t blind_estimate(uint32_t s)
+{
+	uint32_t e = s >> EST_SHIFT;
+	return e ? (uint64_t)(e - 1) * EST_UNIT_NS : LK_SPIN_BLIND_NS / 2;
+}
+
+static uint32_t blind_store(uint64_t est_ns)
+{
+	uint64_t e = est_ns / EST_UNIT_NS;
+	return (uint32_t)((e > 0xfffe ? 0xfffe : e) + 1) << EST_SHIFT;
+}
+
+/*
+ * Spin on the word while that can win: we are the only spinner, the owner's
+ * vCPU is not preempted, no hand-off is pending, and the budget lasts.
+ * 'extra' is WAITERS once the caller has parked (see the header comment).
+ */
+static bool spin_acquire(pvrt_mutex_t *m, uint32_t extra, struct pvrt_ult *self)
+{
+	/* Relaxed: the spinner slot only limits spinning; it protects no data. */
+	uint32_t slot = __atomic_load_n(&m->spinner, __ATOMIC_RELAXED);
+	if ((slot & SPINNING) ||
+	    !__atomic_compare_exchange_n(&m->spinner, &slot, slot | SPINNING, false,
+					 __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+		return false;
+	pvhint_t *h = lk_hints();
+	bool blind = !(h->valid & PVHINT_VALID_PREEMPTED);
+	uint64_t est = blind_estimate(slot);
+	uint64_t budget = blind ? 2 * est + 500 : LK_SPIN_NS;
+	if (budget > LK_SPIN_BLIND_NS && blind)
+		budget = LK_SPIN_BLIND_NS;
+	bool self_ult = self != NULL;
+	bool got = false, ran_out = false;
+	struct lk_spin sp;
+	lk_spin_init(&sp, budget);
+	uint64_t t0 = sp.deadline - budget;
+	for (unsigned i = 0;; i++) {
+		uint32_t w = __atomic_load_n(&m->word, __ATOMIC_RELAXED);
+		if (!(w & LOCKED)) {
+			/* Acquire: the previous owner's critical section happens-before ours. */
+			if (__atomic_compare_exchange_n(&m->word, &w, w | LOCKED | extra, false,
+							__ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) {
+				got = true;
+				break;
+			}
+			continue;
+		}
+		if (w & HANDOFF)
+			break; /* promised to a starving waiter: do not compete */
+		if (lk_vcpu1_preempted(h, __atomic_load_n(&m->owner_vcpu, __ATOMIC_RELAXED))) {
+			/* The owner cannot release before its vCPU runs again: park now. */
+			lk_stat(C, LK_SPIN_CUT);
+			break;
+		}
+		if (self_ult && (i & 7) == 0) {
+			/* A ULT owner that sits queued (not running) releases only once it runs:
+			 * run it now instead of spinning (we are queued ready meanwhile). */
+			struct pvrt_ult *ou = __atomic_load_n(&m->owner_ult, __ATOMIC_RELAXED);
+			if (ou && pvrt_ult_try_yield_to(ou)) {
+				lk_stat(C, LK_SPIN_CUT);
+				continue;
+			}
+		}
+		if (!lk_spin_more(&sp)) {
+			ran_out = true;
+			break;
+		}
+	}
+	if (blind && got) {
+		uint64_t t = lk_now_ns() - t0;
+		est = t > est ? est + (t - est) / 8 : est - (est - t) / 8;
+	} else if (blind && ran_out) {
+		est -= est / 4;
+	}
+	/* Relaxed: see above. Frees the slot and keeps the estimate. */
+	__atomic_store_n(&m->spinner, blind ? blind_store(est) : (slot & ~SPINNING),
+			 __ATOMIC_RELAXED);
+	return got;
+}
+
+/*
+ * The starving waiter's path. Returns 0 when it owns the lock, -EAGAIN if
+ * another thread is the hand-off target (the caller parks on the word as
+ * before), or the timeout error.
+ */
+static int handoff_acquire(pvrt_mutex_t *m, clockid_t clk, const struct timespec *abs,
+			   struct pvrt_ult *u)
+{
+	const uint32_t t = (uint32_t)lk_self_id(u);
+	bool registered = false;
+
+	for (;;) {
+		/* Acquire: a grant (t|GRANT) carries the granter's critical section. */
+		uint32_t h = __atomic_load_n(&m->handoff, __ATOMIC_ACQUIRE);
+		if (h == (t | GRANT)) {
+			/* Relaxed: we own the lock; the next registrant CASes from 0. */
+			__atomic_store_n(&m->handoff, 0, __ATOMIC_RELAXED);
+			return 0;
+		}
+		if (registered && h != t)
+			registered = false; /* an unlocker cancelled us: the word was freed */
+		if (!registered) {
+			if (h != 0)
+				return -EAGAIN;
+			uint32_t z = 0;
+			/* Seq_cst: store-then-load against the unlocker's free-then-load. */
+			if (!__atomic_compare_exchange_n(&m->handoff, &z, t, false,
+							 __ATOMIC_SEQ_CST, __ATOMIC_RELAXED))
+				return -EAGAIN;
+			registered = true;
+			__atomic_store_n(&m->handoff_vcpu, lk_self_vcpu1(u), __ATOMIC_RELAXED);
+		}
+		uint32_t w = __atomic_load_n(&m->word, __ATOMIC_SEQ_CST);
+		if (!(w & LOCKED)) {
+			/* Free: take it directly (acquire as in spin_acquire), then unregister. */
+			if (__atomic_compare_exchange_n(&m->word, &w, w | LOCKED | WAITERS, false,
+							__ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) {
+				uint32_t e = t;
+				/* Fails only if an unlocker cancelled us meanwhile (now 0). */
+				__atomic_compare_exchange_n(&m->handoff, &e, 0, false,
+							    __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+				return 0;
+			}
+			continue;
+		}
+		if ((w & (HANDOFF | WAITERS)) != (HANDOFF | WAITERS)) {
+			/* Seq_cst like the load above: the flag forces the unlocker's slow path. */
+			if (!__atomic_compare_exchange_n(&m->word, &w, w | HANDOFF | WAITERS, false,
+							 __ATOMIC_SEQ_CST, __ATOMIC_RELAXED))
+				continue;
+		}
+		int r = lk_park(&m->handoff, t, clk, abs, C);
+		if (r == -ETIMEDOUT || r == -EINVAL) {
+			uint32_t e = t;
+			/* Withdraw; acquire (needed on failure: it may be our grant). A stale
+			 * HANDOFF bit is cleared by the next unlock. */
+			if (__atomic_compare_exchange_n(&m->handoff, &e, 0, false, __ATOMIC_ACQUIRE,
+							__ATOMIC_ACQUIRE))
+				return r;
+			if (e == (t | GRANT)) {
+				__atomic_store_n(&m->handoff, 0, __ATOMIC_RELAXED);
+				return 0;
+			}
+			return r; /* cancelled: nothing registered any more */
+		}
+	}
+}
+
+static int lock_slow(pvrt_mutex_t *m, clockid_t clk, const struct timespec *abs, bool timed,
+		     struct pvrt_ult *u)
+{
+	lk_stat(C, LK_CONTENDED);
+	if (spin_acquire(m, 0, u))
+		return 0;
+	if (timed) {
+		/* glibc's order: a bad timespec is EINVAL only once the caller would block, and a
+		 * negative tv_sec is already expired. */
+		if (!lk_valid_timespec(abs))
+			return -EINVAL;
+		if (abs->tv_sec < 0)
+			return -ETIMEDOUT;
+	} else {
+		clk = CLOCK_MONOTONIC;
+		abs = NULL;
+	}
+
+	unsigned lost = 0;
+	uint64_t t0 = 0;
+	uint32_t extra = 0;
+	for (;;) {
+		uint32_t w = __atomic_load_n(&m->word, __ATOMIC_RELAXED);
+		if (!(w & LOCKED)) {
+			/* Acquire: see spin_acquire. */
+			if (__atomic_compare_exchange_n(&m->word, &w, w | LOCKED | extra, false,
+							__ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+				return 0;
+			continue;
+		}
+		if (lost && (lost >= LK_STARVE_WAKEUPS || lk_now_ns() - t0 >= LK_STARVE_NS)) {
+			int r = handoff_acquire(m, clk, abs, u);
+			if (r != -EAGAIN)
+				return r;
+		}
+		if (!(w & WAITERS)) {
+			/* Relaxed: the futex compares the word under its own lock; the bit only
+			 * has to be in the word before we sleep, which the CAS guarantees. */
+			if (!__atomic_compare_exchange_n(&m->word, &w, w | WAITERS, false,
+							 __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+				continue;
+			w |= WAITERS;
+		}
+		if (!t0)
+			t0 = lk_now_ns();
+		extra = WAITERS;
+		int r = lk_park(&m->word, w, clk, abs, C);
+		if (r == -ETIMEDOUT || r == -EINVAL)
+			return r;
+		if (r == 0)
+			lost++;
+		/* Woken: the owner changed, so spinning may pay again. */
+		if (spin_acquire(m, extra, u))
+			return 0;
+	}
+}
+
+/* Free the word and, if the freeing raced with a hand-off registration, cancel it. */
+static void release_slow(pvrt_mutex_t *m)
+{
+	pvhint_t *hints = NULL;
+	for (;;) {
+		uint32_t w = __atomic_load_n(&m->word, __ATOMIC_SEQ_CST);
+		uint32_t t = __atomic_load_n(&m->handoff, __ATOMIC_SEQ_CST);
+		if (is_target(t)) {
+			if (!hints)
+				hints = lk_hints();
+			uint32_t tv = __atomic_load_n(&m->handoff_vcpu, __ATOMIC_RELAXED);
+			if (!lk_vcpu1_preempted(hints, tv)) {
+				/* Grant: keep LOCKED, drop HANDOFF; ownership passes to t. */
+				if (!__atomic_compare_exchange_n(&m->word, &w, w & ~HANDOFF, false,
+								 __ATOMIC_RELAXED,
+								 __ATOMIC_RELAXED))
+					continue;
+				uint32_t e = t;
+				/* Release: our critical section happens-before the target's. */
+				if (__atomic_compare_exchange_n(&m->handoff, &e, t | GRANT, false,
+								__ATOMIC_RELEASE,
+								__ATOMIC_RELAXED)) {
+					lk_stat(C, LK_HANDOFFS);
+					lk_wake(&m->handoff, 1);
+					return;
+				}
+				continue; /* the target withdrew (timeout): look again */
+			}
+			/* The target cannot run: release normally; the cancel below wakes it so
+			 * it re-checks when its vCPU runs again. */
+		}
+		/* Release + seq_cst: publishes our critical section and orders the free before
+		 * the 'handoff' load below (against handoff_acquire's register-then-load). */
+		if (!__atomic_compare_exchange_n(&m->word, &w, 0, false, __ATOMIC_SEQ_CST,
+						 __ATOMIC_RELAXED))
+			continue;
+		t = __atomic_load_n(&m->handoff, __ATOMIC_SEQ_CST);
+		if (is_target(t) && __atomic_compare_exchange_n(&m->handoff, &t, 0, false,
+								__ATOMIC_RELAXED, __ATOMIC_RELAXED))
+			lk_wake(&m->handoff, 1);
+		if (w & WAITERS)
+			lk_wake(&m->word, 1);
+		return;
+	}
+}
+
+static inline void release(pvrt_mutex_t *m)
+{
+	uint32_t w = LOCKED;
+	/* Release: our critical section happens-before the next owner's. */
+	if (lk_unlikely(!__atomic_compare_exchange_n(&m->word, &w, 0, false, __ATOMIC_RELEASE,
+						     __ATOMIC_RELAXED)))
+		release_slow(m);
+}
+
+static inline bool try_fast(pvrt_mutex_t *m)
+{
+	uint32_t z = 0;
+	/* Acquire: the previous owner's critical section happens-before ours. */
+	return __atomic_compare_exchange_n(&m->word, &z, LOCKED, false, __ATOMIC_ACQUIRE,
+					   __ATOMIC_RELAXED);
+}
+
+static int lock_common(pvrt_mutex_t *m, clockid_t clk, const struct timespec *abs, bool timed)
+{
+	int type = mtype(m);
+	struct pvrt_ult *u = lk_self_ult();
+	int tid = lk_self_id(u);
+	if (type == PVRT_MUTEX_RECURSIVE || type == PVRT_MUTEX_ERRORCHECK) {
+		if (__atomic_load_n(&m->owner, __ATOMIC_RELAXED) == tid) {
+			if (type == PVRT_MUTEX_ERRORCHECK)
+				return -EDEADLK;
+			if (m->count == UINT32_MAX)
+				return -EAGAIN;
+			m->count++;
+			lk_stat(C, LK_ACQ);
+			return 0;
+		}
+	}
+	if (lk_unlikely(!try_fast(m))) {
+		int r = lock_slow(m, clk, abs, timed, u);
+		if (r)
+			return r;
+	}
+	publish_owner(m, tid, u);
+	if (type == PVRT_MUTEX_RECURSIVE)
+		m->count = 1;
+	lk_stat(C, LK_ACQ);
+	return 0;
+}
+
+int pvrt_mutex_lock(pvrt_mutex_t *m)
+{
+	/* Fast path for the common type, kept small (no spilled registers). */
+	int type = mtype(m);
+	if (lk_likely(type == PVRT_MUTEX_NORMAL || type == PVRT_MUTEX_ADAPTIVE) && try_fast(m)) {
+		struct pvrt_ult *u = lk_self_ult();
+		publish_owner(m, lk_self_id(u), u);
+		lk_stat(C, LK_ACQ);
+		return 0;
+	}
+	return lock_common(m, CLOCK_MONOTONIC, NULL, false);
+}
+
+int pvrt_mutex_timedlock(pvrt_mutex_t *m, clockid_t clk, const struct timespec *abstime)
+{
+	if (!lk_valid_clock(clk) || !abstime)
+		return -EINVAL;
+	return lock_common(m, clk, abstime, true);
+}
+
+int pvrt_mutex_trylock(pvrt_mutex_t *m)
+{
+	int type = mtype(m);
+	struct pvrt_ult *u = lk_self_ult();
+	int tid = lk_self_id(u);
+	if (type == PVRT_MUTEX_RECURSIVE && __atomic_load_n(&m->owner, __ATOMIC_RELAXED) == tid) {
+		if (m->count == UINT32_MAX)
+			return -EAGAIN;
+		m->count++;
+		lk_stat(C, LK_ACQ);
+		return 0;
+	}
+	uint32_t w = __atomic_load_n(&m->word, __ATOMIC_RELAXED);
+	for (;;) {
+		if (w & LOCKED)
+			return -EBUSY;
+		/* Acquire: as try_fast; keeps WAITERS/HANDOFF bits already present. */
+		if (__atomic_compare_exchange_n(&m->word, &w, w | LOCKED, false, __ATOMIC_ACQUIRE,
+						__ATOMIC_RELAXED))
+			break;
+	}
+	publish_owner(m, tid, u);
+	if (type == PVRT_MUTEX_RECURSIVE)
+		m->count = 1;
+	lk_stat(C, LK_ACQ);
+	return 0;
+}
+
+int pvrt_mutex_unlock(pvrt_mutex_t *m)
+{
+	int type = mtype(m);
+	if (type == PVRT_MUTEX_RECURSIVE || type == PVRT_MUTEX_ERRORCHECK) {
+		if (__atomic_load_n(&m->owner, __ATOMIC_RELAXED) != lk_self_id(lk_self_ult()) ||
+		    !(__atomic_load_n(&m->word, __ATOMIC_RELAXED) & LOCKED))
+			return -EPERM;
+		if (type == PVRT_MUTEX_RECURSIVE && --m->count != 0)
+			return 0;
+	}
+	__atomic_store_n(&m->owner, 0, __ATOMIC_RELAXED);
+	release(m);
+	return 0;
+}

@@ -1,0 +1,574 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * libpvrt-preload.so: pvrt's locks behind glibc's pthread_mutex_*, pthread_cond_*,
+ * pthread_rwlock_*, pthread_spin_* and pthread_barrier_* (LD_PRELOAD; see pvrt-run).
+ *
+ * ABI notes (x86-64 glibc 2.36; see locks/README.md):
+ *  - Each pvrt object overlays the glibc object of the same size and keeps the
+ *    fields glibc's static initialisers set where glibc has them: the mutex
+ *    type in __kind (offset 16), the rwlock preference in __flags (48). All-zero
+ *    objects are valid pvrt objects.
+ *  - Objects glibc must keep handling are created by glibc and recognised by
+ *    glibc's own marks: mutex __kind bits ROBUST 0x10, PRIO_INHERIT 0x20,
+ *    PRIO_PROTECT 0x40, PSHARED 0x80 (and -1 after destroy); condvar __wrefs
+ *    bit 0 (offset 36); rwlock __shared (28); barrier 'shared' (12). Every call
+ *    on such an object goes to glibc (dlsym(RTLD_NEXT)).
+ *  - Symbols are exported without a version (locks/preload.map): the dynamic
+ *    linker binds a versioned reference (pthread_cond_wait@GLIBC_2.3.2, the old
+ *    @GLIBC_2.2.5, pthread_mutex_lock@GLIBC_2.2.5, ...@GLIBC_2.34) to an
+ *    unversioned definition of the same name, so programs built against any
+ *    glibc reach these. (The old 2.2.5 condvar was also 48 bytes and all-zero
+ *    initialised.)
+ *  - Return values are glibc's positive error numbers; errno is never changed.
+ *  - pthread_create is wrapped so that, under the overcommit emulator, every
+ *    application thread is attached to an emulated vCPU (round robin); the
+ *    main thread is attached at load.
+ */
+#define _GNU_SOURCE
+#include <pvrt/barrier.h>
+#include <pvrt/cond.h>
+#include <pvrt/lockstat.h>
+#include <pvrt/mutex.h>
+#include <pvrt/pvhint.h>
+#include <pvrt/rwlock.h>
+#include <pvrt/spinlock.h>
+
+#include "lk.h"
+#include "lk_cond.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define EXPORT __attribute__((visibility("default")))
+
+_Static_assert(sizeof(pvrt_mutex_t) == sizeof(pthread_mutex_t), "mutex size");
+_Static_assert(sizeof(pvrt_cond_t) == sizeof(pthread_cond_t), "cond size");
+_Static_assert(sizeof(pvrt_rwlock_t) == sizeof(pthread_rwlock_t), "rwlock size");
+_Static_assert(sizeof(pvrt_barrier_t) == sizeof(pthread_barrier_t), "barrier size");
+_Static_assert(sizeof(pvrt_spinlock_t) == sizeof(pthread_spinlock_t), "spinlock size");
+_Static_assert(__builtin_offsetof(pvrt_mutex_t, kind) == 16, "glibc __kind offset");
+_Static_assert(__builtin_offsetof(pvrt_mutex_t, owner) == 8, "glibc __owner offset");
+
+/* glibc's __kind bits for mutexes it must handle itself. */
+#define GLIBC_MUTEX_ROBUST  0x10
+#define GLIBC_MUTEX_PI	    0x20
+#define GLIBC_MUTEX_PP	    0x40
+#define GLIBC_MUTEX_PSHARED 0x80
+#define GLIBC_MUTEX_FOREIGN                                                                        \
+	(GLIBC_MUTEX_ROBUST | GLIBC_MUTEX_PI | GLIBC_MUTEX_PP | GLIBC_MUTEX_PSHARED)
+#define GLIBC_COND_SHARED 1u
+
+/* ---- glibc's own functions, resolved on first use ---- */
+#define REAL(ret, name, ...)                                                                       \
+	static ret (*real_##name)(__VA_ARGS__);                                                    \
+	static ret (*get_##name(void))(__VA_ARGS__)                                                \
+	{                                                                                          \
+		/* Relaxed: a function pointer; racing resolvers store the same value. */          \
+		ret (*f)(__VA_ARGS__) = __atomic_load_n(&real_##name, __ATOMIC_RELAXED);           \
+		if (!f) {                                                                          \
+			f = (ret(*)(__VA_ARGS__))dlsym(RTLD_NEXT, #name);                          \
+			__atomic_store_n(&real_##name, f, __ATOMIC_RELAXED);                       \
+		}                                                                                  \
+		return f;                                                                          \
+	}
+
+REAL(int, pthread_mutex_init, pthread_mutex_t *, const pthread_mutexattr_t *)
+REAL(int, pthread_mutex_destroy, pthread_mutex_t *)
+REAL(int, pthread_mutex_lock, pthread_mutex_t *)
+REAL(int, pthread_mutex_trylock, pthread_mutex_t *)
+REAL(int, pthread_mutex_timedlock, pthread_mutex_t *, const struct timespec *)
+REAL(int, pthread_mutex_clocklock, pthread_mutex_t *, clockid_t, const struct timespec *)
+REAL(int, pthread_mutex_unlock, pthread_mutex_t *)
+REAL(int, pthread_cond_init, pthread_cond_t *, const pthread_condattr_t *)
+REAL(int, pthread_cond_destroy, pthread_cond_t *)
+REAL(int, pthread_cond_wait, pthread_cond_t *, pthread_mutex_t *)
+REAL(int, pthread_cond_timedwait, pthread_cond_t *, pthread_mutex_t *, const struct timespec *)
+REAL(int, pthread_cond_clockwait, pthread_cond_t *, pthread_mutex_t *, clockid_t,
+     const struct timespec *)
+REAL(int, pthread_cond_signal, pthread_cond_t *)
+REAL(int, pthread_cond_broadcast, pthread_cond_t *)
+REAL(int, pthread_rwlock_init, pthread_rwlock_t *, const pthread_rwlockattr_t *)
+REAL(int, pthread_rwlock_destroy, pthread_rwlock_t *)
+REAL(int, pthread_rwlock_rdlock, pthread_rwlock_t *)
+REAL(int, pthread_rwlock_tryrdlock, pthread_rwlock_t *)
+REAL(int, pthread_rwlock_timedrdlock, pthread_rwlock_t *, const struct timespec *)
+REAL(int, pthread_rwlock_clockrdlock, pthread_rwlock_t *, clockid_t, const struct timespec *)
+REAL(int, pthread_rwlock_wrlock, pthread_rwlock_t *)
+REAL(int, pthread_rwlock_trywrlock, pthread_rwlock_t *)
+REAL(int, pthread_rwlock_timedwrlock, pthread_rwlock_t *, const struct timespec *)
+REAL(int, pthread_rwlock_clockwrlock, pthread_rwlock_t *, clockid_t, const struct timespec *)
+REAL(int, pthread_rwlock_unlock, pthread_rwlock_t *)
+REAL(int, pthread_barrier_init, pthread_barrier_t *, const pthread_barrierattr_t *, unsigned)
+REAL(int, pthread_barrier_destroy, pthread_barrier_t *)
+REAL(int, pthread_barrier_wait, pthread_barrier_t *)
+REAL(int, pthread_spin_init, pthread_spinlock_t *, int)
+REAL(int, pthread_spin_destroy, pthread_spinlock_t *)
+REAL(int, pthread_spin_lock, pthread_spinlock_t *)
+REAL(int, pthread_spin_trylock, pthread_spinlock_t *)
+REAL(int, pthread_spin_unlock, pthread_spinlock_t *)
+REAL(int, pthread_create, pthread_t *, const pthread_attr_t *, void *(*)(void *), void *)
+
+/* Calls into glibc keep errno as glibc leaves it; ours never touch it (pvrt_futex saves it). */
+#define CALL_REAL(name, ...) (get_##name()(__VA_ARGS__))
+
+/* ---- mutex ---- */
+
+static inline pvrt_mutex_t *PM(pthread_mutex_t *m)
+{
+	return (pvrt_mutex_t *)(void *)m;
+}
+
+/* PVRT_LOCKS=glibc (pvrt-run --locks=glibc): every call goes to glibc; only the thread placement
+ * on emulated vCPUs remains, for comparisons under the emulator. Set by the constructor. */
+static bool all_glibc;
+
+static inline bool mutex_foreign(pthread_mutex_t *m)
+{
+	/* Relaxed: __kind is set at init, before the mutex is shared. */
+	return lk_unlikely(all_glibc ||
+			   (__atomic_load_n(&PM(m)->kind, __ATOMIC_RELAXED) & GLIBC_MUTEX_FOREIGN));
+}
+
+EXPORT int pthread_mutex_init(pthread_mutex_t *m, const pthread_mutexattr_t *attr)
+{
+	int type = PTHREAD_MUTEX_DEFAULT, pshared = PTHREAD_PROCESS_PRIVATE;
+	int robust = PTHREAD_MUTEX_STALLED, proto = PTHREAD_PRIO_NONE;
+	if (attr) {
+		pthread_mutexattr_gettype(attr, &type);
+		pthread_mutexattr_getpshared(attr, &pshared);
+		pthread_mutexattr_getrobust(attr, &robust);
+		pthread_mutexattr_getprotocol(attr, &proto);
+	}
+	if (all_glibc || pshared != PTHREAD_PROCESS_PRIVATE || robust != PTHREAD_MUTEX_STALLED ||
+	    proto != PTHREAD_PRIO_NONE)
+		return CALL_REAL(pthread_mutex_init, m, attr);
+	return -pvrt_mutex_init(PM(m), type);
+}
+
+EXPORT int pthread_mutex_destroy(pthread_mutex_t *m)
+{
+	if (mutex_foreign(m))
+		return CALL_REAL(pthread_mutex_destroy, m);
+	int r = pvrt_mutex_destroy(PM(m));
+	if (r == 0)
+		PM(m)->kind = -1; /* as glibc: later use goes to glibc, which says EINVAL */
+	return -r;
+}
+
+EXPORT int pthread_mutex_lock(pthread_mutex_t *m)
+{
+	if (mutex_foreign(m))
+		return CALL_REAL(pthread_mutex_lock, m);
+	return -pvrt_mutex_lock(PM(m));
+}
+
+EXPORT int pthread_mutex_trylock(pthread_mutex_t *m)
+{
+	if (mutex_foreign(m))
+		return CALL_REAL(pthread_mutex_trylock, m);
+	return -pvrt_mutex_trylock(PM(m));
+}
+
+EXPORT int pthread_mutex_timedlock(pthread_mutex_t *m, const struct timespec *abs)
+{
+	if (mutex_foreign(m))
+		return CALL_REAL(pthread_mutex_timedlock, m, abs);
+	return -pvrt_mutex_timedlock(PM(m), CLOCK_REALTIME, abs);
+}
+
+EXPORT int pthread_mutex_clocklock(pthread_mutex_t *m, clockid_t clk, const struct timespec *abs)
+{
+	if (mutex_foreign(m))
+		return CALL_REAL(pthread_mutex_clocklock, m, clk, abs);
+	return -pvrt_mutex_timedlock(PM(m), clk, abs);
+}
+
+EXPORT int pthread_mutex_unlock(pthread_mutex_t *m)
+{
+	if (mutex_foreign(m))
+		return CALL_REAL(pthread_mutex_unlock, m);
+	return -pvrt_mutex_unlock(PM(m));
+}
+
+/* ---- condvar ---- */
+
+static inline pvrt_cond_t *PC(pthread_cond_t *c)
+{
+	return (pvrt_cond_t *)(void *)c;
+}
+
+static inline bool cond_foreign(pthread_cond_t *c)
+{
+	/* Relaxed: set at init, before the condvar is shared. */
+	return lk_unlikely(all_glibc || (__atomic_load_n(&PC(c)->glibc_wrefs, __ATOMIC_RELAXED) &
+					 GLIBC_COND_SHARED));
+}
+
+static int op_unlock(void *m)
+{
+	return -pthread_mutex_unlock(m);
+}
+
+static int op_lock(void *m)
+{
+	return -pthread_mutex_lock(m);
+}
+
+EXPORT int pthread_cond_init(pthread_cond_t *c, const pthread_condattr_t *attr)
+{
+	int pshared = PTHREAD_PROCESS_PRIVATE;
+	clockid_t clk = CLOCK_REALTIME;
+	if (attr) {
+		pthread_condattr_getpshared(attr, &pshared);
+		pthread_condattr_getclock(attr, &clk);
+	}
+	if (all_glibc || pshared != PTHREAD_PROCESS_PRIVATE)
+		return CALL_REAL(pthread_cond_init, c, attr);
+	return -pvrt_cond_init(PC(c), clk);
+}
+
+EXPORT int pthread_cond_destroy(pthread_cond_t *c)
+{
+	if (cond_foreign(c))
+		return CALL_REAL(pthread_cond_destroy, c);
+	return -pvrt_cond_destroy(PC(c));
+}
+
+EXPORT int pthread_cond_wait(pthread_cond_t *c, pthread_mutex_t *m)
+{
+	if (cond_foreign(c))
+		return CALL_REAL(pthread_cond_wait, c, m);
+	return -lk_cond_wait(PC(c), m, op_unlock, op_lock, CLOCK_MONOTONIC, NULL);
+}
+
+EXPORT int pthread_cond_timedwait(pthread_cond_t *c, pthread_mutex_t *m, const struct timespec *abs)
+{
+	if (cond_foreign(c))
+		return CALL_REAL(pthread_cond_timedwait, c, m, abs);
+	clockid_t clk =
+	    __atomic_load_n(&PC(c)->clock, __ATOMIC_RELAXED) ? CLOCK_MONOTONIC : CLOCK_REALTIME;
+	return -lk_cond_wait(PC(c), m, op_unlock, op_lock, clk, abs);
+}
+
+EXPORT int pthread_cond_clockwait(pthread_cond_t *c, pthread_mutex_t *m, clockid_t clk,
+				  const struct timespec *abs)
+{
+	if (cond_foreign(c))
+		return CALL_REAL(pthread_cond_clockwait, c, m, clk, abs);
+	if (!lk_valid_clock(clk))
+		return EINVAL;
+	return -lk_cond_wait(PC(c), m, op_unlock, op_lock, clk, abs);
+}
+
+EXPORT int pthread_cond_signal(pthread_cond_t *c)
+{
+	if (cond_foreign(c))
+		return CALL_REAL(pthread_cond_signal, c);
+	return -pvrt_cond_signal(PC(c));
+}
+
+EXPORT int pthread_cond_broadcast(pthread_cond_t *c)
+{
+	if (cond_foreign(c))
+		return CALL_REAL(pthread_cond_broadcast, c);
+	return -pvrt_cond_broadcast(PC(c));
+}
+
+/* ---- rwlock ---- */
+
+static inline pvrt_rwlock_t *PR(pthread_rwlock_t *rw)
+{
+	return (pvrt_rwlock_t *)(void *)rw;
+}
+
+static inline bool rw_foreign(pthread_rwlock_t *rw)
+{
+	/* Relaxed: set at init. */
+	return lk_unlikely(all_glibc || __atomic_load_n(&PR(rw)->shared, __ATOMIC_RELAXED) != 0);
+}
+
+EXPORT int pthread_rwlock_init(pthread_rwlock_t *rw, const pthread_rwlockattr_t *attr)
+{
+	int pshared = PTHREAD_PROCESS_PRIVATE, pref = PTHREAD_RWLOCK_PREFER_READER_NP;
+	if (attr) {
+		pthread_rwlockattr_getpshared(attr, &pshared);
+		pthread_rwlockattr_getkind_np(attr, &pref);
+	}
+	if (all_glibc || pshared != PTHREAD_PROCESS_PRIVATE)
+		return CALL_REAL(pthread_rwlock_init, rw, attr);
+	return -pvrt_rwlock_init(PR(rw), pref);
+}
+
+EXPORT int pthread_rwlock_destroy(pthread_rwlock_t *rw)
+{
+	if (rw_foreign(rw))
+		return CALL_REAL(pthread_rwlock_destroy, rw);
+	return -pvrt_rwlock_destroy(PR(rw));
+}
+
+EXPORT int pthread_rwlock_rdlock(pthread_rwlock_t *rw)
+{
+	if (rw_foreign(rw))
+		return CALL_REAL(pthread_rwlock_rdlock, rw);
+	return -pvrt_rwlock_rdlock(PR(rw));
+}
+
+EXPORT int pthread_rwlock_tryrdlock(pthread_rwlock_t *rw)
+{
+	if (rw_foreign(rw))
+		return CALL_REAL(pthread_rwlock_tryrdlock, rw);
+	return -pvrt_rwlock_tryrdlock(PR(rw));
+}
+
+EXPORT int pthread_rwlock_timedrdlock(pthread_rwlock_t *rw, const struct timespec *abs)
+{
+	if (rw_foreign(rw))
+		return CALL_REAL(pthread_rwlock_timedrdlock, rw, abs);
+	return -pvrt_rwlock_timedrdlock(PR(rw), CLOCK_REALTIME, abs);
+}
+
+EXPORT int pthread_rwlock_clockrdlock(pthread_rwlock_t *rw, clockid_t clk,
+				      const struct timespec *abs)
+{
+	if (rw_foreign(rw))
+		return CALL_REAL(pthread_rwlock_clockrdlock, rw, clk, abs);
+	return -pvrt_rwlock_timedrdlock(PR(rw), clk, abs);
+}
+
+EXPORT int pthread_rwlock_wrlock(pthread_rwlock_t *rw)
+{
+	if (rw_foreign(rw))
+		return CALL_REAL(pthread_rwlock_wrlock, rw);
+	return -pvrt_rwlock_wrlock(PR(rw));
+}
+
+EXPORT int pthread_rwlock_trywrlock(pthread_rwlock_t *rw)
+{
+	if (rw_foreign(rw))
+		return CALL_REAL(pthread_rwlock_trywrlock, rw);
+	return -pvrt_rwlock_trywrlock(PR(rw));
+}
+
+EXPORT int pthread_rwlock_timedwrlock(pthread_rwlock_t *rw, const struct timespec *abs)
+{
+	if (rw_foreign(rw))
+		return CALL_REAL(pthread_rwlock_timedwrlock, rw, abs);
+	return -pvrt_rwlock_timedwrlock(PR(rw), CLOCK_REALTIME, abs);
+}
+
+EXPORT int pthread_rwlock_clockwrlock(pthread_rwlock_t *rw, clockid_t clk,
+				      const struct timespec *abs)
+{
+	if (rw_foreign(rw))
+		return CALL_REAL(pthread_rwlock_clockwrlock, rw, clk, abs);
+	return -pvrt_rwlock_timedwrlock(PR(rw), clk, abs);
+}
+
+EXPORT int pthread_rwlock_unlock(pthread_rwlock_t *rw)
+{
+	if (rw_foreign(rw))
+		return CALL_REAL(pthread_rwlock_unlock, rw);
+	return -pvrt_rwlock_unlock(PR(rw));
+}
+
+/* ---- spinlock ---- */
+
+EXPORT int pthread_spin_init(pthread_spinlock_t *s, int pshared)
+{
+	if (all_glibc)
+		return CALL_REAL(pthread_spin_init, s, pshared);
+	/* pshared: glibc ignores it too; our parks are bounded (see spinlock.c). */
+	return -pvrt_spin_init((pvrt_spinlock_t *)(void *)s);
+}
+
+EXPORT int pthread_spin_destroy(pthread_spinlock_t *s)
+{
+	if (all_glibc)
+		return CALL_REAL(pthread_spin_destroy, s);
+	return -pvrt_spin_destroy((pvrt_spinlock_t *)(void *)s);
+}
+
+EXPORT int pthread_spin_lock(pthread_spinlock_t *s)
+{
+	if (all_glibc)
+		return CALL_REAL(pthread_spin_lock, s);
+	return -pvrt_spin_lock((pvrt_spinlock_t *)(void *)s);
+}
+
+EXPORT int pthread_spin_trylock(pthread_spinlock_t *s)
+{
+	if (all_glibc)
+		return CALL_REAL(pthread_spin_trylock, s);
+	return -pvrt_spin_trylock((pvrt_spinlock_t *)(void *)s);
+}
+
+EXPORT int pthread_spin_unlock(pthread_spinlock_t *s)
+{
+	if (all_glibc)
+		return CALL_REAL(pthread_spin_unlock, s);
+	return -pvrt_spin_unlock((pvrt_spinlock_t *)(void *)s);
+}
+
+/* ---- barrier ---- */
+
+static inline pvrt_barrier_t *PB(pthread_barrier_t *b)
+{
+	return (pvrt_barrier_t *)(void *)b;
+}
+
+static inline bool barrier_foreign(pthread_barrier_t *b)
+{
+	return lk_unlikely(all_glibc || __atomic_load_n(&PB(b)->shared, __ATOMIC_RELAXED) != 0);
+}
+
+EXPORT int pthread_barrier_init(pthread_barrier_t *b, const pthread_barrierattr_t *attr,
+				unsigned count)
+{
+	int pshared = PTHREAD_PROCESS_PRIVATE;
+	if (attr)
+		pthread_barrierattr_getpshared(attr, &pshared);
+	if (all_glibc || pshared != PTHREAD_PROCESS_PRIVATE)
+		return CALL_REAL(pthread_barrier_init, b, attr, count);
+	return -pvrt_barrier_init(PB(b), count);
+}
+
+EXPORT int pthread_barrier_destroy(pthread_barrier_t *b)
+{
+	if (barrier_foreign(b))
+		return CALL_REAL(pthread_barrier_destroy, b);
+	return -pvrt_barrier_destroy(PB(b));
+}
+
+EXPORT int pthread_barrier_wait(pthread_barrier_t *b)
+{
+	if (barrier_foreign(b))
+		return CALL_REAL(pthread_barrier_wait, b);
+	int r = pvrt_barrier_wait(PB(b));
+	return r == PVRT_BARRIER_SERIAL_THREAD ? PTHREAD_BARRIER_SERIAL_THREAD : -r;
+}
+
+/* ---- threads: attach application threads to emulated vCPUs ---- */
+
+static pvhint_t *emu_handle; /* set when the hint source is the emulator */
+static void *hint_lib_base;  /* threads libpvhint creates itself are not application threads */
+static pthread_key_t detach_key;
+
+struct start {
+	void *(*fn)(void *);
+	void *arg;
+};
+
+static void detach_at_exit(void *p)
+{
+	(void)p;
+	pvhint_emu_detach(emu_handle);
+}
+
+static void attach_self(void)
+{
+	if (!emu_handle)
+		return;
+	if (pvhint_emu_attach_next(emu_handle) == 0)
+		pthread_setspecific(detach_key, (void *)1);
+}
+
+static void *start_thread(void *p)
+{
+	struct start s = *(struct start *)p;
+	free(p);
+	attach_self();
+	return s.fn(s.arg);
+}
+
+static bool called_from_hint_lib(void *ret)
+{
+	Dl_info info;
+	return hint_lib_base && dladdr(ret, &info) && info.dli_fbase == hint_lib_base;
+}
+
+EXPORT int pthread_create(pthread_t *t, const pthread_attr_t *attr, void *(*fn)(void *), void *arg)
+{
+	if (!__atomic_load_n(&emu_handle, __ATOMIC_ACQUIRE) ||
+	    called_from_hint_lib(__builtin_return_address(0)))
+		return CALL_REAL(pthread_create, t, attr, fn, arg);
+	struct start *s = malloc(sizeof(*s));
+	if (!s)
+		return EAGAIN;
+	s->fn = fn;
+	s->arg = arg;
+	int r = CALL_REAL(pthread_create, t, attr, start_thread, s);
+	if (r)
+		free(s);
+	return r;
+}
+
+/* ---- load and exit ---- */
+
+static const char *stats_file;
+
+static void write_stats(void)
+{
+	if (!stats_file)
+		return;
+	int saved = errno;
+	char buf[1024];
+	size_t n = 0;
+	for (int c = 0; c < PVRT_LOCK_NCLASSES; c++) {
+		struct pvrt_lock_stats st;
+		pvrt_locks_stats_get((enum pvrt_lock_class)c, &st);
+		int k = snprintf(buf + n, sizeof(buf) - n, "%s %llu %llu %llu %llu %llu\n",
+				 pvrt_lock_class_name((enum pvrt_lock_class)c),
+				 (unsigned long long)st.acquisitions,
+				 (unsigned long long)st.contended, (unsigned long long)st.spin_cut,
+				 (unsigned long long)st.parks, (unsigned long long)st.handoffs);
+		if (k < 0 || (size_t)k >= sizeof(buf) - n)
+			break;
+		n += (size_t)k;
+	}
+	int fd = open(stats_file, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+	if (fd >= 0) {
+		/* One write per process: lines of concurrent processes do not interleave. */
+		ssize_t w = write(fd, buf, n);
+		(void)w;
+		close(fd);
+	}
+	errno = saved;
+}
+
+static void preload_atfork_child(void)
+{
+	/* The emulator's control thread does not survive fork: attaching a thread in the child
+	 * could block it for ever on a vCPU that nobody resumes. Children run unemulated. */
+	emu_handle = NULL;
+}
+
+__attribute__((constructor)) static void preload_init(void)
+{
+	int saved = errno;
+	const char *locks = getenv("PVRT_LOCKS");
+	all_glibc = locks && !strcmp(locks, "glibc");
+	const char *sf = getenv("PVRT_STATS_FILE");
+	if (sf && *sf) {
+		stats_file = strdup(sf);
+		pvrt_locks_stats_enable(true);
+		atexit(write_stats);
+	}
+	Dl_info info;
+	if (dladdr((void *)pvhint_header, &info))
+		hint_lib_base = info.dli_fbase;
+	pvhint_t *h = NULL;
+	if (pvhint_default(&h) == 0 && h && strcmp(pvhint_source_name(h), "emu") == 0) {
+		pthread_key_create(&detach_key, detach_at_exit);
+		pthread_atfork(NULL, NULL, preload_atfork_child);
+		/* Release: the handle is complete before pthread_create reads it. */
+		__atomic_store_n(&emu_handle, h, __ATOMIC_RELEASE);
+		attach_self();
+	}
+	errno = saved;
+}

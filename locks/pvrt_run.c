@@ -1,0 +1,243 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * pvrt-run [--hints=SRC] [--emu=SPEC] [--locks=pvrt|glibc] [--stats] [--] PROGRAM [ARGS...]
+ *
+ * Runs PROGRAM with libpvrt-preload.so (pvrt's locks behind glibc's pthread
+ * lock functions) and the chosen hint source. --emu=SPEC selects the overcommit
+ * emulator (implies --hints=emu) and places every application thread on an
+ * emulated vCPU. --stats prints, when PROGRAM exits, per lock class:
+ * acquisitions, contended acquisitions, spins cut short because the owner's
+ * vCPU was preempted, parks and hand-offs (summed over PROGRAM's processes).
+ * --locks=glibc keeps glibc's locks (everything else unchanged, e.g. thread placement under
+ * --emu): the baseline for comparisons under the emulator.
+ *
+ * Exit status: PROGRAM's (128 + signal if it was killed); 2 for a usage error;
+ * 127 if PROGRAM cannot be run.
+ */
+#define _GNU_SOURCE
+#include <pvrt/pvhint.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#ifndef PVRT_INSTALL_LIBDIR
+#define PVRT_INSTALL_LIBDIR "/usr/local/lib"
+#endif
+#define PRELOAD_NAME "libpvrt-preload.so"
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: pvrt-run [--hints=SRC] [--emu=SPEC] [--stats] [--] PROGRAM [ARGS...]\n"
+		"  --hints=SRC  hint source: auto (default), kvm, emu, none\n"
+		"  --emu=SPEC   overcommit emulator, e.g. vcpus=4,pcpus=2 (implies --hints=emu)\n"
+		"  --stats      print per-lock-class statistics when PROGRAM exits\n"
+		"  --help       this text\n");
+}
+
+static int usage_error(const char *fmt, const char *arg)
+{
+	fprintf(stderr, "pvrt-run: ");
+	fprintf(stderr, fmt, arg);
+	fprintf(stderr, "\n");
+	usage(stderr);
+	return 2;
+}
+
+static bool is_file(const char *p)
+{
+	struct stat st;
+	return stat(p, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+/* $PVRT_PRELOAD, else next to this executable (build tree), else the install libdir. */
+static int find_preload(char *out, size_t n)
+{
+	const char *env = getenv("PVRT_PRELOAD");
+	if (env && *env) {
+		if (!is_file(env))
+			return -1;
+		snprintf(out, n, "%s", env);
+		return 0;
+	}
+	char self[PATH_MAX];
+	ssize_t k = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	if (k > 0) {
+		self[k] = 0;
+		char *dir = dirname(self);
+		snprintf(out, n, "%s/%s", dir, PRELOAD_NAME);
+		if (is_file(out))
+			return 0;
+		snprintf(out, n, "%s/../lib/%s", dir, PRELOAD_NAME);
+		if (is_file(out))
+			return 0;
+	}
+	snprintf(out, n, "%s/%s", PVRT_INSTALL_LIBDIR, PRELOAD_NAME);
+	return is_file(out) ? 0 : -1;
+}
+
+struct sums {
+	char name[64];
+	unsigned long long v[5];
+};
+
+static void print_stats(const char *path)
+{
+	FILE *f = fopen(path, "r");
+	if (!f) {
+		fprintf(stderr, "pvrt-run: no lock statistics were written (did PROGRAM exec "
+				"something without the preload, or exit with _exit?)\n");
+		return;
+	}
+	struct sums s[16];
+	int ns = 0;
+	char name[64];
+	unsigned long long v[5];
+	while (fscanf(f, "%63s %llu %llu %llu %llu %llu", name, &v[0], &v[1], &v[2], &v[3],
+		      &v[4]) == 6) {
+		int i;
+		for (i = 0; i < ns; i++)
+			if (!strcmp(s[i].name, name))
+				break;
+		if (i == ns) {
+			if (ns == 16)
+				continue;
+			memset(&s[ns], 0, sizeof(s[ns]));
+			snprintf(s[ns].name, sizeof(s[ns].name), "%s", name);
+			ns++;
+		}
+		for (int j = 0; j < 5; j++)
+			s[i].v[j] += v[j];
+	}
+	fclose(f);
+	fprintf(stderr, "pvrt-run: lock statistics\n%-9s %14s %12s %12s %12s %10s\n", "class",
+		"acquisitions", "contended", "spin-cut", "parks", "hand-offs");
+	for (int i = 0; i < ns; i++)
+		fprintf(stderr, "%-9s %14llu %12llu %12llu %12llu %10llu\n", s[i].name, s[i].v[0],
+			s[i].v[1], s[i].v[2], s[i].v[3], s[i].v[4]);
+}
+
+int main(int argc, char **argv)
+{
+	const char *hints = NULL, *emu = NULL, *locks = NULL;
+	bool stats = false;
+	int i = 1;
+	for (; i < argc; i++) {
+		const char *a = argv[i];
+		if (!strcmp(a, "--")) {
+			i++;
+			break;
+		}
+		if (a[0] != '-')
+			break;
+		if (!strncmp(a, "--hints=", 8))
+			hints = a + 8;
+		else if (!strncmp(a, "--emu=", 6))
+			emu = a + 6;
+		else if (!strncmp(a, "--locks=", 8))
+			locks = a + 8;
+		else if (!strcmp(a, "--stats"))
+			stats = true;
+		else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+			usage(stdout);
+			return 0;
+		} else
+			return usage_error("unknown option '%s'", a);
+	}
+	if (i >= argc)
+		return usage_error("%s", "no PROGRAM given");
+	if (hints && !*hints)
+		return usage_error("%s", "--hints needs a value");
+	if (hints && strcmp(hints, "auto") && strcmp(hints, "kvm") && strcmp(hints, "emu") &&
+	    strcmp(hints, "none") && strcmp(hints, "bpf"))
+		return usage_error("unknown hint source '%s' (auto, kvm, emu, none)", hints);
+	if (locks && strcmp(locks, "pvrt") && strcmp(locks, "glibc"))
+		return usage_error("--locks is pvrt or glibc, not '%s'", locks);
+	if (emu && !*emu)
+		return usage_error("%s", "--emu needs a SPEC, e.g. --emu=vcpus=4,pcpus=2");
+	if (emu && hints && strcmp(hints, "emu"))
+		return usage_error("--emu needs --hints=emu, not '%s'", hints);
+	if (emu)
+		hints = "emu";
+	/* Check the source and the emulator spec now, so a typo is a usage error and not a
+	 * failure inside PROGRAM. */
+	if (hints) {
+		struct pvhint_options o = {.source = hints, .emu = emu};
+		pvhint_t *h = NULL;
+		int r = pvhint_open(&o, &h);
+		if (r < 0) {
+			char msg[512];
+			snprintf(msg, sizeof(msg), "%s", pvhint_errmsg());
+			return usage_error("bad hint settings: %s", msg);
+		}
+		pvhint_close(h);
+	}
+
+	char preload[PATH_MAX];
+	if (find_preload(preload, sizeof(preload))) {
+		fprintf(stderr, "pvrt-run: cannot find %s (set PVRT_PRELOAD)\n", PRELOAD_NAME);
+		return 127;
+	}
+	const char *old = getenv("LD_PRELOAD");
+	char *ld;
+	if (asprintf(&ld, "%s%s%s", preload, old && *old ? ":" : "", old ? old : "") < 0)
+		return 127;
+	setenv("LD_PRELOAD", ld, 1);
+	if (hints)
+		setenv("PVRT_HINTS", hints, 1);
+	if (emu)
+		setenv("PVRT_EMU", emu, 1);
+	if (locks)
+		setenv("PVRT_LOCKS", locks, 1);
+
+	if (!stats) {
+		unsetenv("PVRT_STATS_FILE");
+		execvp(argv[i], argv + i);
+		fprintf(stderr, "pvrt-run: cannot run %s: %s\n", argv[i], strerror(errno));
+		return 127;
+	}
+
+	char path[] = "/tmp/pvrt-run-stats.XXXXXX";
+	int fd = mkstemp(path);
+	if (fd < 0) {
+		fprintf(stderr, "pvrt-run: cannot create a statistics file: %s\n", strerror(errno));
+		return 127;
+	}
+	close(fd);
+	setenv("PVRT_STATS_FILE", path, 1);
+	/* Like system(): the terminal's SIGINT/SIGQUIT are for PROGRAM; we report after it. */
+	signal(SIGINT, SIG_IGN);
+	signal(SIGQUIT, SIG_IGN);
+	pid_t pid = fork();
+	if (pid < 0) {
+		fprintf(stderr, "pvrt-run: fork: %s\n", strerror(errno));
+		unlink(path);
+		return 127;
+	}
+	if (pid == 0) {
+		signal(SIGINT, SIG_DFL);
+		signal(SIGQUIT, SIG_DFL);
+		execvp(argv[i], argv + i);
+		fprintf(stderr, "pvrt-run: cannot run %s: %s\n", argv[i], strerror(errno));
+		_exit(127);
+	}
+	int st;
+	while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+		;
+	print_stats(path);
+	unlink(path);
+	if (WIFEXITED(st))
+		return WEXITSTATUS(st);
+	if (WIFSIGNALED(st))
+		return 128 + WTERMSIG(st);
+	return 1;
+}

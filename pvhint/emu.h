@@ -1,0 +1,85 @@
+/* SPDX-License-Identifier: MIT */
+/* The overcommit emulator's internal types (see emu.c for the design). */
+#ifndef PVHINT_EMU_H
+#define PVHINT_EMU_H
+
+#include "internal.h"
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <sys/types.h>
+
+#define EMU_MAX_VCPUS 1024u
+
+enum emu_mode { EMU_SLICE, EMU_NOISY, EMU_SCRIPT, EMU_RANDOM };
+
+struct emu_conf {
+	unsigned vcpus, pcpus;
+	enum emu_mode mode;
+	uint64_t quantum, period, ack_timeout; /* ns */
+	double duty;
+	uint64_t seed;
+	int sig;     /* 0: choose a free real-time signal */
+	unsigned rt; /* try SCHED_FIFO for the control thread */
+};
+
+int pvhint__emu_parse(const char *spec, const char *label, struct emu_conf *c);
+
+/* Thread states (emu_thr.state). */
+enum {
+	THR_RUN = 0,	 /* running user code, or blocked in a call libpvhint does not see */
+	THR_PARKED = 1,	 /* between pvhint_thread_park() and _unpark(): never signalled */
+	THR_STOPREQ = 2, /* the control side sent the stop signal; the handler has not run yet */
+	THR_STOPPED = 3, /* inside the stop handler, blocked until the vCPU runs again */
+};
+
+/*
+ * One attached thread. Owned (freed) by the thread itself: at detach, at re-attach or at thread
+ * exit, so the stop handler, which runs on that thread, can never see it freed. The emulator
+ * links it into its vCPU's list; when the emulator is closed first it sets 'emu' to NULL
+ * ("orphan") and forgets it.
+ */
+struct emu_thr {
+	pid_t tid;
+	unsigned vcpu;
+	struct pvhint_emu *emu; /* NULL once orphaned; written under glock (and emu->lock) */
+	uint32_t state;		/* THR_*; futex word the control side waits on for the ack */
+	uint32_t hold;		/* futex word: 1 while the vCPU is descheduled */
+	int statfd;		/* /proc/thread-self/stat of this thread: R or sleeping */
+	bool kblocked;		/* control side: left alone because blocked in the kernel */
+	uint32_t deferred;	/* a stop landed while the thread held an emulator lock */
+	uint64_t stop_sent;	/* control side: when the pending stop signal was sent */
+	/* Written by the thread (handler), read by pvhint_emu_stats. */
+	uint64_t stops, stopped_ns, eintr;
+	struct emu_thr *next; /* the vCPU's list (emu->lock) */
+};
+
+struct emu_vcpu {
+	struct emu_thr *threads;
+	unsigned nr_att, nr_parked;
+	bool desched;	    /* model: held off its pCPU (threads held) */
+	bool pre;	    /* published preempted bit */
+	bool neighbour;	    /* noisy: the neighbour holds this vCPU's pCPU */
+	uint64_t pre_since; /* steal accounting: when 'pre' was last accounted */
+	uint64_t until;	    /* script: resume at this time (0: not timed) */
+	/* statistics (emu->lock) */
+	uint64_t nr_desched, ack_timeouts, kernel_skips;
+	uint64_t gone_stops, gone_stopped_ns, gone_eintr; /* of threads already detached */
+};
+
+struct pvhint_emu {
+	struct emu_conf c;
+	pthread_mutex_t lock; /* the model, the lists, the records */
+	pthread_cond_t cond;  /* wakes the control thread (CLOCK_MONOTONIC) */
+	pthread_t ctl;
+	bool ctl_started, exiting;
+	struct pvhint_record *rec;
+	struct emu_vcpu *vc;
+	int *cur;	     /* slice: the vCPU each pCPU runs (-1: idle) */
+	bool *busy;	     /* per pCPU: some vCPU on it runs (is_idle) */
+	uint64_t *slice_end; /* slice: when the pCPU's current slice ends */
+	unsigned next_attach;
+	uint64_t t0, rng, last_flush;
+};
+
+#endif /* PVHINT_EMU_H */

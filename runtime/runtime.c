@@ -140,8 +140,8 @@ static int configure(const struct pvrt_config *c, struct settings *s)
 	const char *cpus = env_or(c->cpus, "PVRT_CPUS");
 	if (cpus) {
 		if (parse_cpus(cpus, &want))
-			return failf(-EINVAL, "PVRT_CPUS: bad CPU list '%s' (e.g. \"0-3,6\")%s", cpus,
-				     "");
+			return failf(-EINVAL, "PVRT_CPUS: bad CPU list '%s' (e.g. \"0-3,6\")%s",
+				     cpus, "");
 		for (int i = 0; i < CPU_SETSIZE; i++)
 			if (CPU_ISSET(i, &want) && !CPU_ISSET(i, &mask))
 				return failf(-EINVAL,
@@ -163,7 +163,8 @@ static int configure(const struct pvrt_config *c, struct settings *s)
 	if (!s->nw && (e = env_or(NULL, "PVRT_WORKERS"))) {
 		uint64_t v;
 		if (parse_u64(e, &v, false) || v < 1 || v > PVRT_MAX_WORKERS)
-			return failf(-EINVAL, "PVRT_WORKERS: '%s' is not a number in 1..%s", e, "256");
+			return failf(-EINVAL, "PVRT_WORKERS: '%s' is not a number in 1..%s", e,
+				     "256");
 		s->nw = (unsigned)v;
 	}
 	if (!s->nw)
@@ -173,10 +174,9 @@ static int configure(const struct pvrt_config *c, struct settings *s)
 
 	size_t ps = pvrt_page_size();
 	uint64_t st = c->stack_size;
-	if (!st && (e = env_or(NULL, "PVRT_STACK_SIZE")) &&
-	    (parse_u64(e, &st, true) || !st))
-		return failf(-EINVAL, "PVRT_STACK_SIZE: '%s' is not a size (bytes, or with k/m)%s", e,
-			     "");
+	if (!st && (e = env_or(NULL, "PVRT_STACK_SIZE")) && (parse_u64(e, &st, true) || !st))
+		return failf(-EINVAL, "PVRT_STACK_SIZE: '%s' is not a size (bytes, or with k/m)%s",
+			     e, "");
 	if (!st)
 		st = 64 * 1024;
 	if (st < PVRT_STACK_MIN || st > PVRT_STACK_MAX)
@@ -225,8 +225,8 @@ static int configure(const struct pvrt_config *c, struct settings *s)
 		s->slack = 50000;
 		if ((e = env_or(NULL, "PVRT_TIMER_SLACK_NS")) &&
 		    (parse_u64(e, &s->slack, false) || s->slack > 1000000000))
-			return failf(-EINVAL, "PVRT_TIMER_SLACK_NS: '%s' is not a number of ns%s", e,
-				     "");
+			return failf(-EINVAL, "PVRT_TIMER_SLACK_NS: '%s' is not a number of ns%s",
+				     e, "");
 	}
 	return 0;
 }
@@ -295,8 +295,8 @@ static void altstack_on(struct pvrt_worker *w, stack_t *old)
 {
 	if (!pvrt_rt.segv_installed)
 		return;
-	w->altstack = mmap(NULL, ALTSTACK, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-			   -1, 0);
+	w->altstack =
+	    mmap(NULL, ALTSTACK, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (w->altstack == MAP_FAILED) {
 		w->altstack = NULL;
 		return;
@@ -511,8 +511,7 @@ static void teardown_primary(void)
 		sigaction(SIGSEGV, &pvrt_rt.old_segv, NULL);
 		pvrt_rt.segv_installed = 0;
 	}
-	pthread_setaffinity_np(pthread_self(), sizeof(pvrt_rt.old_affinity),
-			       &pvrt_rt.old_affinity);
+	pthread_setaffinity_np(pthread_self(), sizeof(pvrt_rt.old_affinity), &pvrt_rt.old_affinity);
 	pvrt_san_fiber_destroy(&w0->sched.san);
 	if (sched0_stack)
 		pvrt_stack_free(sched0_stack, SCHED_STACK, sched0_vg);

@@ -244,7 +244,8 @@ static bool ring_push(struct pvrt_ring *r, struct pvrt_ult *u)
 	if (t - h >= PVRT_RING_SIZE)
 		return false;
 	__atomic_store_n(&r->buf[t & (PVRT_RING_SIZE - 1)], u, __ATOMIC_RELAXED);
-	/* Release: publishes the slot (and the ULT's READY state and saved context) to consumers. */
+	/* Release: publishes the slot (and the ULT's READY state and saved context) to consumers.
+	 */
 	__atomic_store_n(&r->tail, t + 1, __ATOMIC_RELEASE);
 	return true;
 }
@@ -264,7 +265,8 @@ static struct pvrt_ult *ring_pop(struct pvrt_ring *r)
 		uint64_t t = __atomic_load_n(&r->tail, __ATOMIC_ACQUIRE);
 		if ((int64_t)(t - h) <= 0)
 			return NULL;
-		struct pvrt_ult *u = __atomic_load_n(&r->buf[h & (PVRT_RING_SIZE - 1)], __ATOMIC_RELAXED);
+		struct pvrt_ult *u =
+		    __atomic_load_n(&r->buf[h & (PVRT_RING_SIZE - 1)], __ATOMIC_RELAXED);
 		/*
 		 * The slot can only be overwritten after head moved past h, which makes this CAS
 		 * fail; so a successful CAS means u was the entry at h. Acq_rel: acquire orders
@@ -414,7 +416,8 @@ void pvrt_wake_worker(unsigned i)
 					__ATOMIC_RELAXED)) {
 		__atomic_fetch_sub(&pvrt_rt.nparked, 1, __ATOMIC_RELAXED);
 		__atomic_fetch_add(&t->st_unparks, 1, __ATOMIC_RELAXED);
-		syscall(SYS_futex, &t->park_word, FUTEX_WAKE | FUTEX_PRIVATE_FLAG, 1, NULL, NULL, 0);
+		syscall(SYS_futex, &t->park_word, FUTEX_WAKE | FUTEX_PRIVATE_FLAG, 1, NULL, NULL,
+			0);
 	}
 }
 
@@ -735,7 +738,8 @@ int pvrt_thread_create(pvrt_thread_t *out, const pvrt_thread_attr_t *attr, void 
 	if (attr) {
 		if (attr->stack_size) {
 			if (attr->stack_size < PVRT_STACK_MIN || attr->stack_size > PVRT_STACK_MAX)
-				return pvrt_fail(-EINVAL, "pvrt_thread_create: stack size out of range");
+				return pvrt_fail(-EINVAL,
+						 "pvrt_thread_create: stack size out of range");
 			size_t ps = pvrt_page_size();
 			len = (attr->stack_size + ps - 1) / ps * ps + ps;
 		}
@@ -771,7 +775,8 @@ int pvrt_thread_create(pvrt_thread_t *out, const pvrt_thread_attr_t *attr, void 
 	if (w)
 		u->id = (++w->nid << 12) | w->idx;
 	else
-		u->id = (__atomic_add_fetch(&pvrt_rt.foreign_ids, 1, __ATOMIC_RELAXED) << 12) | 0xfff;
+		u->id =
+		    (__atomic_add_fetch(&pvrt_rt.foreign_ids, 1, __ATOMIC_RELAXED) << 12) | 0xfff;
 	u->fn = fn;
 	u->arg = arg;
 	u->ret = NULL;
@@ -813,8 +818,8 @@ int pvrt_thread_join(pvrt_thread_t t, void **ret)
 		if (j == 1)
 			break;
 		/* Announce a waiter so that the exit calls wake; the futex re-checks the value. */
-		if (j == 0 &&
-		    !__atomic_compare_exchange_n(&t->join, &j, 2, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+		if (j == 0 && !__atomic_compare_exchange_n(&t->join, &j, 2, 0, __ATOMIC_RELAXED,
+							   __ATOMIC_RELAXED))
 			continue;
 		pvrt_futex_wait(&t->join, 2, CLOCK_MONOTONIC, NULL);
 	}
@@ -882,7 +887,8 @@ int pvrt_thread_set_worker(int wi)
 	if (!self)
 		return pvrt_fail(-EPERM, "pvrt_thread_set_worker: not called from a ULT");
 	if (self->flags & ULT_F_PRIMARY)
-		return pvrt_fail(-EPERM, "pvrt_thread_set_worker: the primary ULT stays on worker 0");
+		return pvrt_fail(-EPERM,
+				 "pvrt_thread_set_worker: the primary ULT stays on worker 0");
 	if (wi == -1) {
 		__atomic_store_n(&self->bound, -1, __ATOMIC_RELAXED);
 		return 0;

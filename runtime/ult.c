@@ -236,18 +236,22 @@ static inline bool bound_elsewhere(const struct pvrt_ult *u, const struct pvrt_w
 
 /* ---------------------------------------------------------------- queues */
 
-static bool ring_push(struct pvrt_ring *r, struct pvrt_ult *u)
+/* Is there room for one more entry? Owner only; stays true until the owner pushes, since
+ * consumers only ever move head forward. */
+static bool ring_room(struct pvrt_ring *r)
 {
-	uint64_t t = r->tail; /* only the owner writes tail */
 	/* Acquire: a consumer read the slot we may reuse before its CAS moved head past it. */
 	uint64_t h = __atomic_load_n(&r->head, __ATOMIC_ACQUIRE);
-	if (t - h >= PVRT_RING_SIZE)
-		return false;
+	return r->tail - h < PVRT_RING_SIZE; /* only the owner writes tail */
+}
+
+/* Append u (owner only, after ring_room()). */
+static void ring_put(struct pvrt_ring *r, struct pvrt_ult *u)
+{
+	uint64_t t = r->tail;
 	__atomic_store_n(&r->buf[t & (PVRT_RING_SIZE - 1)], u, __ATOMIC_RELAXED);
-	/* Release: publishes the slot (and the ULT's READY state and saved context) to consumers.
-	 */
+	/* Release: publishes the slot (and the ULT's READY state and saved context) to consumers. */
 	__atomic_store_n(&r->tail, t + 1, __ATOMIC_RELEASE);
-	return true;
 }
 
 static inline bool ring_nonempty(const struct pvrt_ring *r)
@@ -261,7 +265,7 @@ static struct pvrt_ult *ring_pop(struct pvrt_ring *r)
 {
 	uint64_t h = __atomic_load_n(&r->head, __ATOMIC_RELAXED);
 	for (;;) {
-		/* Acquire pairs with ring_push's release of tail: the slot is written. */
+		/* Acquire pairs with ring_put's release of tail: the slot is written. */
 		uint64_t t = __atomic_load_n(&r->tail, __ATOMIC_ACQUIRE);
 		if ((int64_t)(t - h) <= 0)
 			return NULL;
@@ -467,12 +471,17 @@ static void requeue(struct pvrt_worker *w, struct pvrt_ult *u)
 		inject_to(w, (unsigned)b, u);
 		return;
 	}
-	/* Release: whoever claims it sees its saved context. */
-	__atomic_store_n(&u->state, ULT_READY, __ATOMIC_RELEASE);
-	if (!ring_push(&w->ring, u)) {
+	/*
+	 * Decide on the ring before publishing READY: a stale ring entry elsewhere may claim u the
+	 * moment it is READY, so a READY ULT must not then also go into an injection queue.
+	 */
+	if (!ring_room(&w->ring)) {
 		inject_push(w, u);
 		return;
 	}
+	/* Release: whoever claims it sees its saved context. */
+	__atomic_store_n(&u->state, ULT_READY, __ATOMIC_RELEASE);
+	ring_put(&w->ring, u);
 	notify_idle(w);
 }
 

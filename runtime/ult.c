@@ -250,7 +250,8 @@ static void ring_put(struct pvrt_ring *r, struct pvrt_ult *u)
 {
 	uint64_t t = r->tail;
 	__atomic_store_n(&r->buf[t & (PVRT_RING_SIZE - 1)], u, __ATOMIC_RELAXED);
-	/* Release: publishes the slot (and the ULT's READY state and saved context) to consumers. */
+	/* Release: publishes the slot (and the ULT's READY state and saved context) to consumers.
+	 */
 	__atomic_store_n(&r->tail, t + 1, __ATOMIC_RELEASE);
 }
 

@@ -8,6 +8,7 @@
 #define _GNU_SOURCE
 #include "check.h"
 
+#include <pvrt/pvhint.h>
 #include <pvrt/thread.h>
 
 #include <pthread.h>
@@ -183,6 +184,22 @@ int main(int argc, char **argv)
 	       (unsigned long long)st.parks, (unsigned long long)st.unparks,
 	       (unsigned long long)st.polls_found, (unsigned long long)st.timer_adds,
 	       (unsigned long long)st.timer_arms, (unsigned long long)st.timer_fires);
+	/* Under an emulator that deschedules vCPUs, make sure it really did stop workers. */
+	pvhint_t *h;
+	if (!pvhint_default(&h) && pvhint_emu_mode(h)) {
+		uint64_t desched = 0, stops = 0;
+		for (unsigned v = 0; v < pvhint_nr_vcpus(h); v++) {
+			struct pvhint_emu_stats es;
+			if (!pvhint_emu_stats(h, v, &es)) {
+				desched += es.desched;
+				stops += es.stops;
+			}
+		}
+		printf("emulator %s: %llu deschedules, %llu thread stops\n", pvhint_emu_mode(h),
+		       (unsigned long long)desched, (unsigned long long)stops);
+		if (!strcmp(pvhint_emu_mode(h), "slice") || !strcmp(pvhint_emu_mode(h), "noisy"))
+			CHECK(desched > 0);
+	}
 	CHECK_EQ(pvrt_finalize(), 0);
 	printf("ok\n");
 	return 0;

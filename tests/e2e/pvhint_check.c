@@ -39,7 +39,7 @@
 static int failures;
 
 static void report(bool ok, const char *name, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
+    __attribute__((format(printf, 3, 4)));
 
 static void report(bool ok, const char *name, const char *fmt, ...)
 {
@@ -179,7 +179,8 @@ static void check_security(int fd, size_t area, long page)
 	errno = 0;
 	p = mmap(NULL, page, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	report(p == MAP_FAILED && errno == EACCES, "mmap-write-shared-rdonly-fd",
-	       "PROT_WRITE MAP_SHARED on O_RDONLY fd: %s", p == MAP_FAILED ? strerror(errno) : "mapped");
+	       "PROT_WRITE MAP_SHARED on O_RDONLY fd: %s",
+	       p == MAP_FAILED ? strerror(errno) : "mapped");
 	if (p != MAP_FAILED)
 		munmap(p, page);
 
@@ -202,13 +203,14 @@ static void check_security(int fd, size_t area, long page)
 			munmap(p, page);
 		close(rwfd);
 	} else {
-		report(true, "mmap-write-shared-rdwr-fd", "O_RDWR open refused: %s", strerror(errno));
+		report(true, "mmap-write-shared-rdwr-fd", "O_RDWR open refused: %s",
+		       strerror(errno));
 	}
 
 	errno = 0;
 	p = mmap(NULL, page, PROT_READ | PROT_EXEC, MAP_SHARED, fd, 0);
-	report(p == MAP_FAILED && (errno == EPERM || errno == EACCES), "mmap-exec",
-	       "PROT_EXEC: %s", p == MAP_FAILED ? strerror(errno) : "mapped");
+	report(p == MAP_FAILED && (errno == EPERM || errno == EACCES), "mmap-exec", "PROT_EXEC: %s",
+	       p == MAP_FAILED ? strerror(errno) : "mapped");
 	if (p != MAP_FAILED)
 		munmap(p, page);
 
@@ -310,7 +312,7 @@ static void run_phase(struct observer *obs, const bool *cpus, int online)
 static void check_is_idle(const struct observer *busy, int online)
 {
 	struct observer idle[MAX_CPUS];
-	bool on[MAX_CPUS] = { false };
+	bool on[MAX_CPUS] = {false};
 	int watcher = -1;
 
 	for (int c = 0; c < online; c++) {
@@ -328,8 +330,8 @@ static void check_is_idle(const struct observer *busy, int online)
 		if (!squeezed[c])
 			continue;
 		report(busy[watcher].idle_seen[c] * 20 < busy[watcher].loops, "is-idle-busy-pcpu",
-		       "vCPU %d (squeezed, pCPU busy) seen idle in %lu of %lu samples by vCPU %d", c,
-		       busy[watcher].idle_seen[c], busy[watcher].loops, watcher);
+		       "vCPU %d (squeezed, pCPU busy) seen idle in %lu of %lu samples by vCPU %d",
+		       c, busy[watcher].idle_seen[c], busy[watcher].loops, watcher);
 	}
 
 	for (int c = 0; c < online; c++)
@@ -370,7 +372,8 @@ int main(int argc, char **argv)
 	if (argc > 1) {
 		observe_s = strtod(argv[1], &end);
 		if (*end || observe_s <= 0 || observe_s > 3600) {
-			fprintf(stderr, "usage: %s [seconds (0 < s <= 3600)] [squeezed CPUs: 0,1]\n",
+			fprintf(stderr,
+				"usage: %s [seconds (0 < s <= 3600)] [squeezed CPUs: 0,1]\n",
 				argv[0]);
 			return 2;
 		}
@@ -403,14 +406,14 @@ int main(int argc, char **argv)
 	possible = possible_cpus();
 	online = (int)sysconf(_SC_NPROCESSORS_ONLN);
 	report(h->magic == PVHINT_MAGIC && h->abi_version == PVHINT_ABI_VERSION &&
-		       h->source == PVHINT_SOURCE_KVM && h->header_size == PVHINT_HEADER_SIZE &&
-		       h->record_stride == PVHINT_RECORD_SIZE,
+		   h->source == PVHINT_SOURCE_KVM && h->header_size == PVHINT_HEADER_SIZE &&
+		   h->record_stride == PVHINT_RECORD_SIZE,
 	       "header", "magic %#x abi %u source %u header_size %u stride %u", h->magic,
 	       h->abi_version, h->source, h->header_size, h->record_stride);
 	report(h->nr_records == (unsigned int)possible && possible <= MAX_CPUS, "header-records",
 	       "nr_records %u, possible CPUs %d, online %d", h->nr_records, possible, online);
 	report((h->valid & (PVHINT_VALID_STEAL | PVHINT_VALID_PREEMPTED)) ==
-		       (PVHINT_VALID_STEAL | PVHINT_VALID_PREEMPTED),
+		   (PVHINT_VALID_STEAL | PVHINT_VALID_PREEMPTED),
 	       "header-valid", "valid %#x (is_idle %s)", h->valid,
 	       h->valid & PVHINT_VALID_IS_IDLE ? "provided" : "not provided by this host");
 	{
@@ -421,10 +424,12 @@ int main(int argc, char **argv)
 			nz += b[i] != 0;
 		report(nz == 0, "header-zero", "%ld non-zero bytes after the header fields", nz);
 	}
-	if (h->nr_records == 0 || h->nr_records > MAX_CPUS || h->record_stride != PVHINT_RECORD_SIZE)
+	if (h->nr_records == 0 || h->nr_records > MAX_CPUS ||
+	    h->record_stride != PVHINT_RECORD_SIZE)
 		return 1;
 	nr_cpus = (int)h->nr_records;
-	area = h->header_size + (((size_t)nr_cpus * h->record_stride + page - 1) & ~(size_t)(page - 1));
+	area = h->header_size +
+	       (((size_t)nr_cpus * h->record_stride + page - 1) & ~(size_t)(page - 1));
 
 	{
 		const unsigned char *base = mmap(NULL, area, PROT_READ, MAP_SHARED, fd, 0);
@@ -443,8 +448,8 @@ int main(int argc, char **argv)
 
 			for (int c = 0; c < nr_cpus; c++)
 				bad += records[c].is_idle != 0;
-			report(bad == 0, "is-idle-zero", "%d records with is_idle set though not valid",
-			       bad);
+			report(bad == 0, "is-idle-zero",
+			       "%d records with is_idle set though not valid", bad);
 		}
 	}
 
@@ -457,7 +462,8 @@ int main(int argc, char **argv)
 
 	for (int c = online; c < MAX_CPUS; c++) {
 		if (squeezed[c]) {
-			report(false, "observe", "squeezed vCPU %d is not online (%d online)", c, online);
+			report(false, "observe", "squeezed vCPU %d is not online (%d online)", c,
+			       online);
 			return 1;
 		}
 	}
@@ -488,7 +494,8 @@ int main(int argc, char **argv)
 		unsigned long set = 0, clear = 0;
 
 		if (obs[c].pin_error) {
-			report(false, "observe", "cannot pin to CPU %d: %s", c, strerror(obs[c].pin_error));
+			report(false, "observe", "cannot pin to CPU %d: %s", c,
+			       strerror(obs[c].pin_error));
 			continue;
 		}
 		for (int o = 0; o < online; o++) {
@@ -499,17 +506,18 @@ int main(int argc, char **argv)
 		       "vCPU %d saw itself preempted in %lu of %lu loops", c, obs[c].self_preempted,
 		       obs[c].loops);
 		if (!squeezed[c]) {
-			printf("INFO vCPU %d (not squeezed): seen preempted %lu times, running again "
-			       "%lu times, steal +%.1f ms\n",
-			       c, set, clear, (steal1[c] - steal0[c]) / 1e6);
+			printf(
+			    "INFO vCPU %d (not squeezed): seen preempted %lu times, running again "
+			    "%lu times, steal +%.1f ms\n",
+			    c, set, clear, (steal1[c] - steal0[c]) / 1e6);
 			continue;
 		}
 		report(set > 0 && clear > 0, "preempted-toggles",
-		       "vCPU %d seen preempted %lu times and running again %lu times by the others", c,
-		       set, clear);
+		       "vCPU %d seen preempted %lu times and running again %lu times by the others",
+		       c, set, clear);
 		report(steal1[c] > steal0[c], "steal-advances",
-		       "vCPU %d steal %llu -> %llu ns (+%.1f ms in %.0f s)", c, steal0[c], steal1[c],
-		       (steal1[c] - steal0[c]) / 1e6, observe_s);
+		       "vCPU %d steal %llu -> %llu ns (+%.1f ms in %.0f s)", c, steal0[c],
+		       steal1[c], (steal1[c] - steal0[c]) / 1e6, observe_s);
 	}
 
 	if (h->valid & PVHINT_VALID_IS_IDLE)

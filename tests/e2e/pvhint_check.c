@@ -15,7 +15,11 @@
  * preempted. The observer that sees both states is a vCPU on another physical CPU.
  *
  * Prints one "PASS <name>: ..." or "FAIL <name>: ..." line per check and exits 0 only if all
- * passed. Usage: pvhint_check [seconds of observation, default 10] [squeezed vCPUs, default 0,1]
+ * passed. With a third argument, vCPU h, it also takes h offline and back online: the host stops
+ * updating h's record while h is offline (its steal-time MSR is cleared) and updates it again
+ * after h comes back (the guest registered the record again).
+ *
+ * Usage: pvhint_check [seconds, default 10] [squeezed vCPUs, default 0,1] [vCPU to hotplug]
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -358,6 +362,72 @@ static void check_is_idle(const struct observer *busy, int online)
 	}
 }
 
+static int set_online(int cpu, int on)
+{
+	char path[64];
+	int fd, ok;
+
+	snprintf(path, sizeof(path), "/sys/devices/system/cpu/cpu%d/online", cpu);
+	fd = open(path, O_WRONLY);
+	if (fd < 0)
+		return -errno;
+	ok = write(fd, on ? "1" : "0", 1) == 1;
+	close(fd);
+	return ok ? 0 : -errno;
+}
+
+static void *spin_on(void *arg)
+{
+	int cpu = *(int *)arg;
+	cpu_set_t set;
+	double t0 = now_s();
+
+	CPU_ZERO(&set);
+	CPU_SET(cpu, &set);
+	if (sched_setaffinity(0, sizeof(set), &set) != 0)
+		return (void *)1;
+	while (now_s() - t0 < 1.0)
+		;
+	return NULL;
+}
+
+/* Take vCPU cpu offline and online again; see the usage above. */
+static void check_hotplug(int cpu, int online)
+{
+	unsigned int v_off1, v_off2, v_on;
+	pthread_t t;
+	void *ret = (void *)1;
+	int err;
+
+	if (cpu <= 0 || cpu >= online) {
+		report(false, "hotplug", "vCPU %d cannot be taken offline (%d online)", cpu,
+		       online);
+		return;
+	}
+	err = set_online(cpu, 0);
+	report(err == 0, "hotplug-offline", "vCPU %d offline: %s", cpu,
+	       err ? strerror(-err) : "ok");
+	if (err)
+		return;
+	usleep(300000);
+	v_off1 = records[cpu].version;
+	usleep(1000000);
+	v_off2 = records[cpu].version;
+	report(v_off1 == v_off2, "hotplug-offline-frozen",
+	       "vCPU %d offline: record version %u -> %u in 1 s (host must not write)", cpu, v_off1,
+	       v_off2);
+	err = set_online(cpu, 1);
+	report(err == 0, "hotplug-online", "vCPU %d online: %s", cpu, err ? strerror(-err) : "ok");
+	if (err)
+		return;
+	if (pthread_create(&t, NULL, spin_on, &cpu) == 0)
+		pthread_join(t, &ret);
+	v_on = records[cpu].version;
+	report(ret == NULL && v_on != v_off2, "hotplug-online-registered",
+	       "vCPU %d back online: record version %u -> %u (host writes again)", cpu, v_off2,
+	       v_on);
+}
+
 int main(int argc, char **argv)
 {
 	long page = sysconf(_SC_PAGESIZE);
@@ -522,6 +592,9 @@ int main(int argc, char **argv)
 
 	if (h->valid & PVHINT_VALID_IS_IDLE)
 		check_is_idle(obs, online);
+
+	if (argc > 3)
+		check_hotplug((int)strtol(argv[3], NULL, 10), online);
 
 	printf("pvhint_check: %s (%d failed)\n", failures ? "FAIL" : "PASS", failures);
 	return failures ? 1 : 0;

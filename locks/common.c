@@ -98,11 +98,17 @@ static void lk_atfork_child(void)
 {
 	/* The forking thread has a new tid in the child. */
 	lk_tid_cache = 0;
-	/* The hint source's threads (the emulator's control thread) did not survive the fork, and
-	 * its locks may have been held by them: report no parks from the child. The hint page
-	 * stays readable (frozen values are still only hints). */
-	if (__atomic_load_n(&lk_default_ptr, __ATOMIC_RELAXED))
+	/* The emulator's control thread did not survive the fork, and its locks may have been
+	 * held by it: report no parks from the child. */
+	pvhint_t *d = __atomic_load_n(&lk_default_ptr, __ATOMIC_RELAXED);
+	if (d && d != &lk_none_handle && !strcmp(pvhint_source_name(d), "emu")) {
+		/* Nor does the emulator's page change any more: its frozen flags would say "owner
+		 * preempted" for ever. (A kernel source's shared mapping stays live.) */
 		__atomic_store_n(&lk_default_ptr, &lk_none_handle, __ATOMIC_RELAXED);
+		pvhint_t *expected = d;
+		__atomic_compare_exchange_n(&lk_hints_ptr, &expected, &lk_none_handle, false,
+					    __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+	}
 	/* A child counts its own events only (the copied counts are the parent's). */
 	lk_stats_reset();
 }

@@ -181,10 +181,17 @@ static inline bool lk_valid_timespec(const struct timespec *ts)
 
 uint64_t lk_now_ns(void);
 
-/* A bounded spin: lk_spin_init() once, then while (lk_spin_more(&sp)) { check; }. */
+/*
+ * A bounded spin: lk_spin_init() once, then while (lk_spin_more(&sp)) { check; }. The first
+ * LK_SPIN_FREE checks cost no clock read (short waits are the common case and a clock read
+ * costs about as much as a short critical section); the time budget starts counting then.
+ */
+#define LK_SPIN_FREE 8
 struct lk_spin {
-	uint64_t deadline;
+	uint64_t deadline; /* 0 until the clock is first read */
+	uint64_t budget;
 	unsigned backoff;
+	unsigned n;
 };
 static inline uint64_t lk_spin_budget(pvhint_t *h)
 {
@@ -192,14 +199,28 @@ static inline uint64_t lk_spin_budget(pvhint_t *h)
 }
 static inline void lk_spin_init(struct lk_spin *sp, uint64_t budget_ns)
 {
-	sp->deadline = lk_now_ns() + budget_ns;
+	sp->deadline = 0;
+	sp->budget = budget_ns;
 	sp->backoff = 1;
+	sp->n = 0;
 }
 /* Back off, then say whether the budget allows another check. */
 static inline bool lk_spin_more(struct lk_spin *sp)
 {
 	lk_backoff(&sp->backoff);
-	return lk_now_ns() < sp->deadline;
+	if (++sp->n < LK_SPIN_FREE)
+		return true;
+	uint64_t now = lk_now_ns();
+	if (!sp->deadline) {
+		sp->deadline = now + sp->budget;
+		return true;
+	}
+	return now < sp->deadline;
+}
+/* Time spent since the clock was first read (0 if it never was). */
+static inline uint64_t lk_spin_elapsed(const struct lk_spin *sp)
+{
+	return sp->deadline ? lk_now_ns() + sp->budget - sp->deadline : 0;
 }
 
 /* ---- statistics ---- */

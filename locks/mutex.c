@@ -121,7 +121,6 @@ static bool spin_acquire(pvrt_mutex_t *m, uint32_t extra, struct pvrt_ult *self)
 	bool got = false, ran_out = false;
 	struct lk_spin sp;
 	lk_spin_init(&sp, budget);
-	uint64_t t0 = sp.deadline - budget;
 	for (unsigned i = 0;; i++) {
 		uint32_t w = __atomic_load_n(&m->word, __ATOMIC_RELAXED);
 		if (!(w & LOCKED)) {
@@ -155,7 +154,7 @@ static bool spin_acquire(pvrt_mutex_t *m, uint32_t extra, struct pvrt_ult *self)
 		}
 	}
 	if (blind && got) {
-		uint64_t t = lk_now_ns() - t0;
+		uint64_t t = lk_spin_elapsed(&sp);
 		est = t > est ? est + (t - est) / 8 : est - (est - t) / 8;
 	} else if (blind && ran_out) {
 		est -= est / 4;
@@ -238,11 +237,9 @@ static int lock_slow(pvrt_mutex_t *m, clockid_t clk, const struct timespec *abs,
 		     struct pvrt_ult *u)
 {
 	lk_stat(C, LK_CONTENDED);
-	if (spin_acquire(m, 0, u))
-		return 0;
 	if (timed) {
-		/* glibc's order: a bad timespec is EINVAL only once the caller would block, and a
-		 * negative tv_sec is already expired. */
+		/* glibc's order: a bad timespec is EINVAL once the first attempt failed (not
+		 * before), and a negative tv_sec is already expired. */
 		if (!lk_valid_timespec(abs))
 			return -EINVAL;
 		if (abs->tv_sec < 0)
@@ -251,6 +248,8 @@ static int lock_slow(pvrt_mutex_t *m, clockid_t clk, const struct timespec *abs,
 		clk = CLOCK_MONOTONIC;
 		abs = NULL;
 	}
+	if (spin_acquire(m, 0, u))
+		return 0;
 
 	unsigned lost = 0;
 	uint64_t t0 = 0;

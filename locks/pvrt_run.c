@@ -36,12 +36,14 @@
 
 static void usage(FILE *f)
 {
-	fprintf(f,
-		"usage: pvrt-run [--hints=SRC] [--emu=SPEC] [--stats] [--] PROGRAM [ARGS...]\n"
-		"  --hints=SRC  hint source: auto (default), kvm, emu, none\n"
-		"  --emu=SPEC   overcommit emulator, e.g. vcpus=4,pcpus=2 (implies --hints=emu)\n"
-		"  --stats      print per-lock-class statistics when PROGRAM exits\n"
-		"  --help       this text\n");
+	fprintf(
+	    f, "usage: pvrt-run [--hints=SRC] [--emu=SPEC] [--locks=pvrt|glibc] [--stats] [--] "
+	       "PROGRAM [ARGS...]\n"
+	       "  --hints=SRC   hint source: auto (default), kvm, emu, none\n"
+	       "  --emu=SPEC    overcommit emulator, e.g. vcpus=4,pcpus=2 (implies --hints=emu)\n"
+	       "  --locks=KIND  pvrt (default) or glibc (the baseline: glibc's locks, same setup)\n"
+	       "  --stats       print per-lock-class statistics when PROGRAM exits\n"
+	       "  --help        this text\n");
 }
 
 static int usage_error(const char *fmt, const char *arg)

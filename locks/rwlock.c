@@ -102,14 +102,14 @@ static int rdlock_common(pvrt_rwlock_t *rw, clockid_t clk, const struct timespec
 			lk_spin_init(&sp, lk_spin_budget(h));
 		}
 		bool cut = false;
-		if (sp.deadline && spin_worth(rw, s, h, &cut)) {
+		if (sp.budget && spin_worth(rw, s, h, &cut)) {
 			if (!lk_spin_more(&sp))
-				sp.deadline = 0; /* spent: park */
+				sp.budget = 0; /* spent: park */
 			continue;
 		}
-		if (cut && sp.deadline) {
+		if (cut && sp.budget) {
 			lk_stat(C, LK_SPIN_CUT);
-			sp.deadline = 0;
+			sp.budget = 0;
 		}
 		if (timed) {
 			if (abs->tv_sec < 0)
@@ -129,6 +129,7 @@ static int rdlock_common(pvrt_rwlock_t *rw, clockid_t clk, const struct timespec
 		if (r == -ETIMEDOUT || r == -EINVAL)
 			return r;
 		spinning = false; /* woken: spin again */
+		sp.budget = 0;
 	}
 }
 
@@ -173,14 +174,14 @@ static int wrlock_common(pvrt_rwlock_t *rw, clockid_t clk, const struct timespec
 			lk_spin_init(&sp, lk_spin_budget(h));
 		}
 		bool cut = false;
-		if (sp.deadline && spin_worth(rw, s, h, &cut)) {
+		if (sp.budget && spin_worth(rw, s, h, &cut)) {
 			if (!lk_spin_more(&sp))
-				sp.deadline = 0; /* spent: park */
+				sp.budget = 0; /* spent: park */
 			continue;
 		}
-		if (cut && sp.deadline) {
+		if (cut && sp.budget) {
 			lk_stat(C, LK_SPIN_CUT);
-			sp.deadline = 0;
+			sp.budget = 0;
 		}
 		if (timed) {
 			if (abs->tv_sec < 0)
@@ -201,6 +202,7 @@ static int wrlock_common(pvrt_rwlock_t *rw, clockid_t clk, const struct timespec
 		}
 		__atomic_fetch_sub(&rw->nwwait, 1, __ATOMIC_SEQ_CST);
 		spinning = false; /* woken: spin again */
+		sp.budget = 0;
 	}
 }
 

@@ -4,6 +4,8 @@
 # are skipped. Under the emulator both sides run through pvrt-run (--locks=glibc for the
 # baseline) so that the application's threads sit on emulated vCPUs in both.
 # usage: realprogs.sh PVRT-RUN [EMU-SPEC]   (default EMU-SPEC: vcpus=4,pcpus=2)
+#   SECS: seconds per timed run (default 5); SQLITE_THREADS: the sqlite_threads binary
+#   (default: build/bench/locks/sqlite_threads).
 set -u
 run=$1
 emu=${2:-vcpus=4,pcpus=2}
@@ -38,7 +40,9 @@ printf '%-34s %14s %14s %14s %14s   %6s %6s\n' "program (figure)" glibc pvrt "em
 if command -v sysbench >/dev/null 2>&1; then
 	measure "sysbench mutex 4t (1/s)" '/total time:/ { sub("s", "", $3); printf "%.3f", 1 / $3 }' \
 		sysbench --threads=4 mutex --mutex-num=4 --mutex-locks=20000 --mutex-loops=50 run
-	measure "sysbench threads 4t (events/s)" '/events\/s/ { print $3 }' \
+	measure "sysbench threads 4t (events/s)" \
+		'/total time:/ { sub("s", "", $3); t = $3 } /total number of events:/ { e = $5 }
+		 END { if (t > 0) printf "%.0f", e / t }' \
 		sysbench --threads=4 --time="$secs" threads --thread-locks=2 --thread-yields=10 run
 fi
 if command -v stress-ng >/dev/null 2>&1; then
@@ -46,6 +50,11 @@ if command -v stress-ng >/dev/null 2>&1; then
 		measure "stress-ng --$s 4 (bogo ops/s)" '$4 == "'$s'" && $5 ~ /^[0-9]/ { print $9 }' \
 			stress-ng --$s 4 --timeout "${secs}s" --metrics-brief
 	done
+fi
+sq=$(dirname "$0")/../../build/bench/locks/sqlite_threads
+sq=${SQLITE_THREADS:-$sq}
+if [ -x "$sq" ]; then
+	measure "sqlite3 4 threads (txn/s)" '/^throughput:/ { print $2 }' "$sq" 4 20000
 fi
 if command -v db_bench >/dev/null 2>&1; then
 	db="$tmp/db"

@@ -147,6 +147,9 @@ PVRT_API void pvhint_thread_unpark(pvhint_t *h);
  *                 with no handler); a signal that already has a handler is -EBUSY
  *   ack_timeout=50ms  how long a stop waits for a thread's acknowledgement
  *   rt=1          run the control thread SCHED_FIFO when permitted (0: never)
+ *   export=PATH   also publish the page in the file PATH (e.g. /dev/shm/pvrt-emu), removed at
+ *                 close: other processes read the emulated hints with the kvm source
+ *                 (PVRT_HINTS=kvm PVRT_HINT_DEV=PATH), e.g. pvhint-top
  * A bad key or value is -EINVAL with pvhint_errmsg() naming it.
  *
  * A descheduled vCPU's attached threads are really stopped (a signal whose handler blocks until

@@ -15,7 +15,11 @@
  * preempted. The observer that sees both states is a vCPU on another physical CPU.
  *
  * Prints one "PASS <name>: ..." or "FAIL <name>: ..." line per check and exits 0 only if all
- * passed. Usage: pvhint_check [seconds of observation, default 10] [squeezed vCPUs, default 0,1]
+ * passed. With a third argument, vCPU h, it also takes h offline and back online: the host stops
+ * updating h's record while h is offline (its steal-time MSR is cleared) and updates it again
+ * after h comes back (the guest registered the record again).
+ *
+ * Usage: pvhint_check [seconds, default 10] [squeezed vCPUs, default 0,1] [vCPU to hotplug]
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -39,7 +43,7 @@
 static int failures;
 
 static void report(bool ok, const char *name, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
+    __attribute__((format(printf, 3, 4)));
 
 static void report(bool ok, const char *name, const char *fmt, ...)
 {
@@ -179,7 +183,8 @@ static void check_security(int fd, size_t area, long page)
 	errno = 0;
 	p = mmap(NULL, page, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	report(p == MAP_FAILED && errno == EACCES, "mmap-write-shared-rdonly-fd",
-	       "PROT_WRITE MAP_SHARED on O_RDONLY fd: %s", p == MAP_FAILED ? strerror(errno) : "mapped");
+	       "PROT_WRITE MAP_SHARED on O_RDONLY fd: %s",
+	       p == MAP_FAILED ? strerror(errno) : "mapped");
 	if (p != MAP_FAILED)
 		munmap(p, page);
 
@@ -202,13 +207,14 @@ static void check_security(int fd, size_t area, long page)
 			munmap(p, page);
 		close(rwfd);
 	} else {
-		report(true, "mmap-write-shared-rdwr-fd", "O_RDWR open refused: %s", strerror(errno));
+		report(true, "mmap-write-shared-rdwr-fd", "O_RDWR open refused: %s",
+		       strerror(errno));
 	}
 
 	errno = 0;
 	p = mmap(NULL, page, PROT_READ | PROT_EXEC, MAP_SHARED, fd, 0);
-	report(p == MAP_FAILED && (errno == EPERM || errno == EACCES), "mmap-exec",
-	       "PROT_EXEC: %s", p == MAP_FAILED ? strerror(errno) : "mapped");
+	report(p == MAP_FAILED && (errno == EPERM || errno == EACCES), "mmap-exec", "PROT_EXEC: %s",
+	       p == MAP_FAILED ? strerror(errno) : "mapped");
 	if (p != MAP_FAILED)
 		munmap(p, page);
 
@@ -310,7 +316,7 @@ static void run_phase(struct observer *obs, const bool *cpus, int online)
 static void check_is_idle(const struct observer *busy, int online)
 {
 	struct observer idle[MAX_CPUS];
-	bool on[MAX_CPUS] = { false };
+	bool on[MAX_CPUS] = {false};
 	int watcher = -1;
 
 	for (int c = 0; c < online; c++) {
@@ -328,8 +334,8 @@ static void check_is_idle(const struct observer *busy, int online)
 		if (!squeezed[c])
 			continue;
 		report(busy[watcher].idle_seen[c] * 20 < busy[watcher].loops, "is-idle-busy-pcpu",
-		       "vCPU %d (squeezed, pCPU busy) seen idle in %lu of %lu samples by vCPU %d", c,
-		       busy[watcher].idle_seen[c], busy[watcher].loops, watcher);
+		       "vCPU %d (squeezed, pCPU busy) seen idle in %lu of %lu samples by vCPU %d",
+		       c, busy[watcher].idle_seen[c], busy[watcher].loops, watcher);
 	}
 
 	for (int c = 0; c < online; c++)
@@ -356,6 +362,72 @@ static void check_is_idle(const struct observer *busy, int online)
 	}
 }
 
+static int set_online(int cpu, int on)
+{
+	char path[64];
+	int fd, ok;
+
+	snprintf(path, sizeof(path), "/sys/devices/system/cpu/cpu%d/online", cpu);
+	fd = open(path, O_WRONLY);
+	if (fd < 0)
+		return -errno;
+	ok = write(fd, on ? "1" : "0", 1) == 1;
+	close(fd);
+	return ok ? 0 : -errno;
+}
+
+static void *spin_on(void *arg)
+{
+	int cpu = *(int *)arg;
+	cpu_set_t set;
+	double t0 = now_s();
+
+	CPU_ZERO(&set);
+	CPU_SET(cpu, &set);
+	if (sched_setaffinity(0, sizeof(set), &set) != 0)
+		return (void *)1;
+	while (now_s() - t0 < 1.0)
+		;
+	return NULL;
+}
+
+/* Take vCPU cpu offline and online again; see the usage above. */
+static void check_hotplug(int cpu, int online)
+{
+	unsigned int v_off1, v_off2, v_on;
+	pthread_t t;
+	void *ret = (void *)1;
+	int err;
+
+	if (cpu <= 0 || cpu >= online) {
+		report(false, "hotplug", "vCPU %d cannot be taken offline (%d online)", cpu,
+		       online);
+		return;
+	}
+	err = set_online(cpu, 0);
+	report(err == 0, "hotplug-offline", "vCPU %d offline: %s", cpu,
+	       err ? strerror(-err) : "ok");
+	if (err)
+		return;
+	usleep(300000);
+	v_off1 = records[cpu].version;
+	usleep(1000000);
+	v_off2 = records[cpu].version;
+	report(v_off1 == v_off2, "hotplug-offline-frozen",
+	       "vCPU %d offline: record version %u -> %u in 1 s (host must not write)", cpu, v_off1,
+	       v_off2);
+	err = set_online(cpu, 1);
+	report(err == 0, "hotplug-online", "vCPU %d online: %s", cpu, err ? strerror(-err) : "ok");
+	if (err)
+		return;
+	if (pthread_create(&t, NULL, spin_on, &cpu) == 0)
+		pthread_join(t, &ret);
+	v_on = records[cpu].version;
+	report(ret == NULL && v_on != v_off2, "hotplug-online-registered",
+	       "vCPU %d back online: record version %u -> %u (host writes again)", cpu, v_off2,
+	       v_on);
+}
+
 int main(int argc, char **argv)
 {
 	long page = sysconf(_SC_PAGESIZE);
@@ -370,7 +442,8 @@ int main(int argc, char **argv)
 	if (argc > 1) {
 		observe_s = strtod(argv[1], &end);
 		if (*end || observe_s <= 0 || observe_s > 3600) {
-			fprintf(stderr, "usage: %s [seconds (0 < s <= 3600)] [squeezed CPUs: 0,1]\n",
+			fprintf(stderr,
+				"usage: %s [seconds (0 < s <= 3600)] [squeezed CPUs: 0,1]\n",
 				argv[0]);
 			return 2;
 		}
@@ -403,14 +476,14 @@ int main(int argc, char **argv)
 	possible = possible_cpus();
 	online = (int)sysconf(_SC_NPROCESSORS_ONLN);
 	report(h->magic == PVHINT_MAGIC && h->abi_version == PVHINT_ABI_VERSION &&
-		       h->source == PVHINT_SOURCE_KVM && h->header_size == PVHINT_HEADER_SIZE &&
-		       h->record_stride == PVHINT_RECORD_SIZE,
+		   h->source == PVHINT_SOURCE_KVM && h->header_size == PVHINT_HEADER_SIZE &&
+		   h->record_stride == PVHINT_RECORD_SIZE,
 	       "header", "magic %#x abi %u source %u header_size %u stride %u", h->magic,
 	       h->abi_version, h->source, h->header_size, h->record_stride);
 	report(h->nr_records == (unsigned int)possible && possible <= MAX_CPUS, "header-records",
 	       "nr_records %u, possible CPUs %d, online %d", h->nr_records, possible, online);
 	report((h->valid & (PVHINT_VALID_STEAL | PVHINT_VALID_PREEMPTED)) ==
-		       (PVHINT_VALID_STEAL | PVHINT_VALID_PREEMPTED),
+		   (PVHINT_VALID_STEAL | PVHINT_VALID_PREEMPTED),
 	       "header-valid", "valid %#x (is_idle %s)", h->valid,
 	       h->valid & PVHINT_VALID_IS_IDLE ? "provided" : "not provided by this host");
 	{
@@ -421,10 +494,12 @@ int main(int argc, char **argv)
 			nz += b[i] != 0;
 		report(nz == 0, "header-zero", "%ld non-zero bytes after the header fields", nz);
 	}
-	if (h->nr_records == 0 || h->nr_records > MAX_CPUS || h->record_stride != PVHINT_RECORD_SIZE)
+	if (h->nr_records == 0 || h->nr_records > MAX_CPUS ||
+	    h->record_stride != PVHINT_RECORD_SIZE)
 		return 1;
 	nr_cpus = (int)h->nr_records;
-	area = h->header_size + (((size_t)nr_cpus * h->record_stride + page - 1) & ~(size_t)(page - 1));
+	area = h->header_size +
+	       (((size_t)nr_cpus * h->record_stride + page - 1) & ~(size_t)(page - 1));
 
 	{
 		const unsigned char *base = mmap(NULL, area, PROT_READ, MAP_SHARED, fd, 0);
@@ -443,8 +518,8 @@ int main(int argc, char **argv)
 
 			for (int c = 0; c < nr_cpus; c++)
 				bad += records[c].is_idle != 0;
-			report(bad == 0, "is-idle-zero", "%d records with is_idle set though not valid",
-			       bad);
+			report(bad == 0, "is-idle-zero",
+			       "%d records with is_idle set though not valid", bad);
 		}
 	}
 
@@ -457,7 +532,8 @@ int main(int argc, char **argv)
 
 	for (int c = online; c < MAX_CPUS; c++) {
 		if (squeezed[c]) {
-			report(false, "observe", "squeezed vCPU %d is not online (%d online)", c, online);
+			report(false, "observe", "squeezed vCPU %d is not online (%d online)", c,
+			       online);
 			return 1;
 		}
 	}
@@ -488,7 +564,8 @@ int main(int argc, char **argv)
 		unsigned long set = 0, clear = 0;
 
 		if (obs[c].pin_error) {
-			report(false, "observe", "cannot pin to CPU %d: %s", c, strerror(obs[c].pin_error));
+			report(false, "observe", "cannot pin to CPU %d: %s", c,
+			       strerror(obs[c].pin_error));
 			continue;
 		}
 		for (int o = 0; o < online; o++) {
@@ -499,21 +576,25 @@ int main(int argc, char **argv)
 		       "vCPU %d saw itself preempted in %lu of %lu loops", c, obs[c].self_preempted,
 		       obs[c].loops);
 		if (!squeezed[c]) {
-			printf("INFO vCPU %d (not squeezed): seen preempted %lu times, running again "
-			       "%lu times, steal +%.1f ms\n",
-			       c, set, clear, (steal1[c] - steal0[c]) / 1e6);
+			printf(
+			    "INFO vCPU %d (not squeezed): seen preempted %lu times, running again "
+			    "%lu times, steal +%.1f ms\n",
+			    c, set, clear, (steal1[c] - steal0[c]) / 1e6);
 			continue;
 		}
 		report(set > 0 && clear > 0, "preempted-toggles",
-		       "vCPU %d seen preempted %lu times and running again %lu times by the others", c,
-		       set, clear);
+		       "vCPU %d seen preempted %lu times and running again %lu times by the others",
+		       c, set, clear);
 		report(steal1[c] > steal0[c], "steal-advances",
-		       "vCPU %d steal %llu -> %llu ns (+%.1f ms in %.0f s)", c, steal0[c], steal1[c],
-		       (steal1[c] - steal0[c]) / 1e6, observe_s);
+		       "vCPU %d steal %llu -> %llu ns (+%.1f ms in %.0f s)", c, steal0[c],
+		       steal1[c], (steal1[c] - steal0[c]) / 1e6, observe_s);
 	}
 
 	if (h->valid & PVHINT_VALID_IS_IDLE)
 		check_is_idle(obs, online);
+
+	if (argc > 3)
+		check_hotplug((int)strtol(argv[3], NULL, 10), online);
 
 	printf("pvhint_check: %s (%d failed)\n", failures ? "FAIL" : "PASS", failures);
 	return failures ? 1 : 0;

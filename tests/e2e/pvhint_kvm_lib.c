@@ -7,7 +7,8 @@
  * and that the inline queries see what the host does: with one spinning thread pinned on each
  * vCPU, the squeezed vCPUs (0 and 1 by default) are seen preempted and running again by
  * pvhint_vcpu_preempted(), their pvhint_steal() advances, and no thread sees its own vCPU
- * preempted. pvhint_pcpu_idle() must stay false when the host does not provide is_idle.
+ * preempted. pvhint_pcpu_idle() of a running vCPU is false, and always false when the host does
+ * not provide is_idle.
  *
  * Usage: pvhint_kvm_lib [seconds, default 5] [squeezed vCPUs, default 0,1]
  */
@@ -31,7 +32,7 @@
 static int failures;
 
 static void report(bool ok, const char *name, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
+    __attribute__((format(printf, 3, 4)));
 
 static void report(bool ok, const char *name, const char *fmt, ...)
 {
@@ -54,7 +55,7 @@ struct watcher {
 	int cpu;
 	pthread_t thread;
 	unsigned long set_seen[MAX_CPUS], clear_seen[MAX_CPUS];
-	unsigned long self_preempted, idle_seen;
+	unsigned long self_preempted, self_idle, idle_seen;
 	int pin_error;
 };
 
@@ -81,6 +82,7 @@ static void *watch(void *arg)
 			w->idle_seen += pvhint_pcpu_idle(hint, (unsigned)c);
 			if (c == w->cpu) {
 				w->self_preempted += p;
+				w->self_idle += pvhint_pcpu_idle(hint, (unsigned)c);
 				continue;
 			}
 			w->set_seen[c] += p && !last[c];
@@ -93,10 +95,10 @@ static void *watch(void *arg)
 
 int main(int argc, char **argv)
 {
-	struct pvhint_options opts = { .source = "kvm" };
+	struct pvhint_options opts = {.source = "kvm"};
 	struct watcher w[MAX_CPUS];
 	uint64_t steal0[MAX_CPUS], steal1[MAX_CPUS];
-	bool squeezed[MAX_CPUS] = { false };
+	bool squeezed[MAX_CPUS] = {false};
 	double seconds = 5;
 	const char *list = argc > 2 ? argv[2] : "0,1";
 	pvhint_t *autoh;
@@ -127,7 +129,7 @@ int main(int argc, char **argv)
 	if (err)
 		return 1;
 	report(strcmp(pvhint_source_name(hint), "kvm") == 0 &&
-		       pvhint_header(hint)->source == PVHINT_SOURCE_KVM,
+		   pvhint_header(hint)->source == PVHINT_SOURCE_KVM,
 	       "source", "source %s", pvhint_source_name(hint));
 
 	opts.source = "auto";
@@ -140,10 +142,10 @@ int main(int argc, char **argv)
 
 	nr_online = (int)sysconf(_SC_NPROCESSORS_ONLN);
 	report(pvhint_nr_vcpus(hint) >= (uint32_t)nr_online && nr_online <= MAX_CPUS &&
-		       nr_online >= 2,
+		   nr_online >= 2,
 	       "nr-vcpus", "%u records, %d online vCPUs", pvhint_nr_vcpus(hint), nr_online);
 	report((hint->valid & (PVHINT_VALID_STEAL | PVHINT_VALID_PREEMPTED)) ==
-		       (PVHINT_VALID_STEAL | PVHINT_VALID_PREEMPTED),
+		   (PVHINT_VALID_STEAL | PVHINT_VALID_PREEMPTED),
 	       "valid", "valid %#x", hint->valid);
 	if (nr_online < 2 || nr_online > MAX_CPUS)
 		return 1;
@@ -181,6 +183,9 @@ int main(int argc, char **argv)
 		idle += w[c].idle_seen;
 		report(w[c].self_preempted == 0, "self-not-preempted", "vCPU %d: %lu", c,
 		       w[c].self_preempted);
+		/* The host clears is_idle before a vCPU runs: a running vCPU's pCPU is busy. */
+		report(w[c].self_idle == 0, "self-pcpu-not-idle",
+		       "vCPU %d: pvhint_pcpu_idle(self) true %lu times", c, w[c].self_idle);
 		if (!squeezed[c])
 			continue;
 		report(set > 0 && clear > 0, "preempted-toggles",
@@ -190,8 +195,10 @@ int main(int argc, char **argv)
 		       (double)(steal1[c] - steal0[c]) / 1e6);
 	}
 	if (!(hint->valid & PVHINT_VALID_IS_IDLE))
-		report(idle == 0, "pcpu-idle-false", "pvhint_pcpu_idle() true %lu times without host "
-		       "support", idle);
+		report(idle == 0, "pcpu-idle-false",
+		       "pvhint_pcpu_idle() true %lu times without host "
+		       "support",
+		       idle);
 	pvhint_close(hint);
 	printf("pvhint_kvm_lib: %s (%d failed)\n", failures ? "FAIL" : "PASS", failures);
 	return failures ? 1 : 0;

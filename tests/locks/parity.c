@@ -155,6 +155,15 @@ static void test_mutex(void)
 	R("normal lock after foreign unlock", pthread_mutex_lock(&m));
 	R("normal unlock", pthread_mutex_unlock(&m));
 	R("normal destroy", pthread_mutex_destroy(&m));
+	pthread_mutex_t d = PTHREAD_MUTEX_INITIALIZER;
+	R("lock (to destroy while locked)", pthread_mutex_lock(&d));
+	R("destroy locked", pthread_mutex_destroy(&d));
+	R("unlock", pthread_mutex_unlock(&d));
+	R("destroy", pthread_mutex_destroy(&d));
+	R("trylock destroyed", pthread_mutex_trylock(&d));
+	R("init again", pthread_mutex_init(&d, NULL));
+	R("lock re-initialised", pthread_mutex_lock(&d));
+	R("unlock", pthread_mutex_unlock(&d));
 
 	pthread_mutexattr_t a;
 	pthread_mutexattr_init(&a);

@@ -97,7 +97,11 @@ int main(void)
 	for (int i = 0; i < NULT; i++)
 		pvrt_thread_join(t[i], NULL);
 	pthread_join(th, NULL);
+#ifndef PVRT_TSAN
+	/* Under TSan, pvrt_finalize() currently trips a sanitizer CHECK while destroying fibers
+	 * (the runtime's own tests show the same); the lock checks below do not need it. */
 	pvrt_finalize();
+#endif
 	if (counter != (long)(NULT + 1) * ITERS)
 		FAIL("counter %ld", counter);
 	if (tokens != 2)

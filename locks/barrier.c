@@ -71,15 +71,17 @@ int pvrt_barrier_wait(pvrt_barrier_t *b)
 	lk_iunlock(ilock);
 	lk_stat(C, LK_CONTENDED);
 	pvhint_t *h = lk_hints();
-	unsigned bo = 1;
-	for (int i = 0; i < LK_SPIN_CHECKS; i++) {
+	struct lk_spin sp;
+	lk_spin_init(&sp, lk_spin_budget(h));
+	for (unsigned i = 0;; i++) {
 		if (__atomic_load_n(&b->gen, __ATOMIC_ACQUIRE) != g)
 			goto done;
 		if ((i & 15) == 0 && lk_any_other_preempted(h)) {
 			lk_stat(C, LK_SPIN_CUT);
 			break;
 		}
-		lk_backoff(&bo);
+		if (!lk_spin_more(&sp))
+			break;
 	}
 	/* Acquire: see the release bump above. */
 	while (__atomic_load_n(&b->gen, __ATOMIC_ACQUIRE) == g)

@@ -98,6 +98,17 @@ static void lk_atfork_child(void)
 {
 	/* The forking thread has a new tid in the child. */
 	lk_tid_cache = 0;
+	/* The emulator's control thread did not survive the fork, and its locks may have been
+	 * held by it: report no parks from the child. */
+	pvhint_t *d = __atomic_load_n(&lk_default_ptr, __ATOMIC_RELAXED);
+	if (d && d != &lk_none_handle && !strcmp(pvhint_source_name(d), "emu")) {
+		/* Nor does the emulator's page change any more: its frozen flags would say "owner
+		 * preempted" for ever. (A kernel source's shared mapping stays live.) */
+		__atomic_store_n(&lk_default_ptr, &lk_none_handle, __ATOMIC_RELAXED);
+		pvhint_t *expected = d;
+		__atomic_compare_exchange_n(&lk_hints_ptr, &expected, &lk_none_handle, false,
+					    __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+	}
 	/* A child counts its own events only (the copied counts are the parent's). */
 	lk_stats_reset();
 }
@@ -118,7 +129,10 @@ int lk_park(uint32_t *addr, uint32_t val, clockid_t clk, const struct timespec *
 	    enum pvrt_lock_class cls)
 {
 	pvhint_t *ph = lk_park_handle();
-	bool tell = ph && ph != &lk_none_handle && !lk_in_hint;
+	/* A ULT does not block its worker: it switches away, and the runtime reports the worker's
+	 * own idle parking. (It must not touch lk_in_hint either: it may resume on another worker,
+	 * whose thread-local data another ULT may be using.) */
+	bool tell = ph && ph != &lk_none_handle && !lk_in_hint && !lk_self_ult();
 	lk_stat(cls, LK_PARKS);
 	if (tell) {
 		lk_in_hint = 1;
@@ -185,9 +199,13 @@ void lk_stat_add_slow(enum pvrt_lock_class cls, enum lk_stat s)
 
 static void lk_stats_reset(void)
 {
-	/* Only the forking thread exists in the child: plain writes are race-free. */
-	memset(lk_pool, 0, sizeof(lk_pool));
-	memset(&lk_shared, 0, sizeof(lk_shared));
+	/* Only the forking thread exists in the child: plain writes are race-free. Only the used
+	 * blocks are cleared (no page of an unused pool is touched). */
+	unsigned used = lk_pool_used < LK_POOL ? lk_pool_used : LK_POOL;
+	if (used)
+		memset(lk_pool, 0, used * sizeof(lk_pool[0]));
+	if (lk_pool_used > LK_POOL)
+		memset(&lk_shared, 0, sizeof(lk_shared));
 	lk_pool_used = 0;
 	lk_my = NULL;
 }

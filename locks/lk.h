@@ -20,15 +20,20 @@
 #define lk_unlikely(x) __builtin_expect(!!(x), 0)
 
 /*
- * Spin budget: checks of the lock word before a waiter parks. Each check is
- * followed by a backoff of 1, 2, 4 ... LK_BACKOFF_MAX pause instructions, so
- * the budget is a few tens of microseconds: about the cost of a park and
- * wake-up pair, past which spinning cannot win.
+ * Spin budgets, in time: a pause costs from a few ns to ~100 ns depending on
+ * the CPU and on whether a hypervisor intercepts it, so counting pauses does
+ * not bound anything. A waiter spins at most LK_SPIN_NS when the hint source
+ * tells preemption (it then spins only while the owner's vCPU runs, which is
+ * productive), and LK_SPIN_BLIND_NS without such hints: the owner may be
+ * descheduled, and a park + wake-up pair costs a few microseconds, so
+ * spinning longer than that cannot win. Between checks of the lock word it
+ * backs off 1, 2, 4 ... LK_BACKOFF_MAX pauses.
  */
-#define LK_SPIN_CHECKS 300
-#define LK_BACKOFF_MAX 32
-/* A spinlock waiter spins much longer before parking (pthread_spin users expect spinning). */
-#define LK_SPINLOCK_CHECKS 20000
+#define LK_SPIN_NS	 20000ull
+#define LK_SPIN_BLIND_NS 3000ull
+#define LK_BACKOFF_MAX	 16
+/* pthread_spin users expect spinning: a spinlock waiter spins longer before parking. */
+#define LK_SPINLOCK_SPIN_NS 100000ull
 
 /*
  * Fairness bound of the mutex: a waiter that was woken LK_STARVE_WAKEUPS
@@ -61,6 +66,16 @@ static inline void lk_backoff(unsigned *b)
 struct pvrt_ult;
 /* The calling ULT, NULL in a thread that is not a ULT. */
 struct pvrt_ult *pvrt_ult_current(void);
+struct pvrt_worker;
+extern __thread struct pvrt_worker *pvrt_tls_worker
+    __attribute__((tls_model("initial-exec"), visibility("hidden")));
+/* pvrt_ult_current() without a call for threads that are not workers (the common case for
+ * pthread programs). Only for use at the start of a lock call: a worker's ULT may move to another
+ * worker at any switch, so the test must not be reused after one. */
+static inline struct pvrt_ult *lk_self_ult(void)
+{
+	return __builtin_expect(pvrt_tls_worker == NULL, 1) ? NULL : pvrt_ult_current();
+}
 /* If u is queued ready (not running), switch to it now; true if it ran. Descriptors are
  * type-stable while the runtime lives, so a stale u is harmless. */
 bool pvrt_ult_try_yield_to(struct pvrt_ult *u);
@@ -85,23 +100,41 @@ static inline bool lk_vcpu1_preempted(pvhint_t *h, uint32_t v1)
 	return v1 != 0 && pvhint_vcpu_preempted(h, v1 - 1);
 }
 
-/* The caller's vCPU + 1, for owner records (a ULT: its worker's vCPU). */
-static inline uint32_t lk_self_vcpu1(void)
+/* libpvhint is always loaded with us (a DT_NEEDED dependency), so its TLS is in the static block
+ * and the initial-exec model saves a __tls_get_addr call on every acquisition. */
+extern __thread int pvhint_tls_vcpu __attribute__((tls_model("initial-exec")));
+
+/* The caller's vCPU + 1, for owner records. u: the caller's ULT (pvrt_ult_current()) or NULL.
+ * A ULT reports its worker's vCPU, read through a call because a ULT may have moved to another
+ * worker (and thread pointer) since the caller last read thread-local data. */
+static inline uint32_t lk_self_vcpu1(struct pvrt_ult *u)
 {
-	int v = pvrt_worker_vcpu();
-	return v >= 0 ? (uint32_t)v + 1 : 0;
+	int v = u ? pvrt_worker_vcpu() : pvhint_tls_vcpu;
+	if (v < 0)
+		v = pvhint_cpu_now();
+	return (uint32_t)v + 1;
 }
 
 /* True if any vCPU other than the caller's is preempted (barrier: a missing peer may be there). */
 bool lk_any_other_preempted(pvhint_t *h);
 
-/* ---- the caller's thread id (glibc's tid; cached, reset in a fork child) ---- */
+/* ---- the caller's identity for owner checks ----
+ * A thread: its tid (glibc's, cached; reset in a fork child). A ULT: 0x40000000 | its ULT id
+ * (tids stay below 2^22), since the ULTs of one worker share the worker's tid. Both stay below
+ * the mutex's GRANT bit (2^31). */
 extern __thread int lk_tid_cache;
 int lk_tid_slow(void);
 static inline int lk_tid(void)
 {
 	int t = lk_tid_cache;
 	return lk_likely(t != 0) ? t : lk_tid_slow();
+}
+uint64_t pvrt_thread_id(struct pvrt_ult *t);
+static inline int lk_self_id(struct pvrt_ult *u)
+{
+	if (lk_likely(!u))
+		return lk_tid();
+	return (int)(0x40000000u | (uint32_t)(pvrt_thread_id(u) & 0x3fffffffu));
 }
 
 /* ---- parking ---- */
@@ -147,6 +180,48 @@ static inline bool lk_valid_timespec(const struct timespec *ts)
 }
 
 uint64_t lk_now_ns(void);
+
+/*
+ * A bounded spin: lk_spin_init() once, then while (lk_spin_more(&sp)) { check; }. The first
+ * LK_SPIN_FREE checks cost no clock read (short waits are the common case and a clock read
+ * costs about as much as a short critical section); the time budget starts counting then.
+ */
+#define LK_SPIN_FREE 8
+struct lk_spin {
+	uint64_t deadline; /* 0 until the clock is first read */
+	uint64_t budget;
+	unsigned backoff;
+	unsigned n;
+};
+static inline uint64_t lk_spin_budget(pvhint_t *h)
+{
+	return (h->valid & PVHINT_VALID_PREEMPTED) ? LK_SPIN_NS : LK_SPIN_BLIND_NS;
+}
+static inline void lk_spin_init(struct lk_spin *sp, uint64_t budget_ns)
+{
+	sp->deadline = 0;
+	sp->budget = budget_ns;
+	sp->backoff = 1;
+	sp->n = 0;
+}
+/* Back off, then say whether the budget allows another check. */
+static inline bool lk_spin_more(struct lk_spin *sp)
+{
+	lk_backoff(&sp->backoff);
+	if (++sp->n < LK_SPIN_FREE)
+		return true;
+	uint64_t now = lk_now_ns();
+	if (!sp->deadline) {
+		sp->deadline = now + sp->budget;
+		return true;
+	}
+	return now < sp->deadline;
+}
+/* Time spent since the clock was first read (0 if it never was). */
+static inline uint64_t lk_spin_elapsed(const struct lk_spin *sp)
+{
+	return sp->deadline ? lk_now_ns() + sp->budget - sp->deadline : 0;
+}
 
 /* ---- statistics ---- */
 enum lk_stat { LK_ACQ, LK_CONTENDED, LK_SPIN_CUT, LK_PARKS, LK_HANDOFFS, LK_NSTATS };

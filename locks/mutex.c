@@ -47,14 +47,14 @@ static inline int mtype(const pvrt_mutex_t *m)
 	return __atomic_load_n(&m->kind, __ATOMIC_RELAXED) & 3;
 }
 
-static inline void publish_owner(pvrt_mutex_t *m, int tid)
+static inline void publish_owner(pvrt_mutex_t *m, int tid, struct pvrt_ult *u)
 {
 	/* Relaxed: other threads read owner, owner_vcpu and owner_ult only as hints (spinners),
 	 * and the owner checks of recursive/errorcheck mutexes compare with the reader's own tid,
 	 * which only the reader itself stores. */
 	__atomic_store_n(&m->owner, tid, __ATOMIC_RELAXED);
-	__atomic_store_n(&m->owner_vcpu, lk_self_vcpu1(), __ATOMIC_RELAXED);
-	__atomic_store_n(&m->owner_ult, (void *)pvrt_ult_current(), __ATOMIC_RELAXED);
+	__atomic_store_n(&m->owner_vcpu, lk_self_vcpu1(u), __ATOMIC_RELAXED);
+	__atomic_store_n(&m->owner_ult, (void *)u, __ATOMIC_RELAXED);
 }
 
 int pvrt_mutex_init(pvrt_mutex_t *m, int type)
@@ -73,23 +73,55 @@ int pvrt_mutex_destroy(pvrt_mutex_t *m)
 }
 
 /*
+ * Without preemption hints a spinner cannot tell a running owner from a
+ * descheduled one, so the blind budget adapts per mutex (as glibc's adaptive
+ * mutex does): 'spinner' bits 16-31 keep an estimate of how long a successful
+ * spin takes (64 ns units, +1; 0 = none yet). A success moves the estimate
+ * 1/8 towards its duration; a spin that runs out shrinks it by a quarter, so
+ * a mutex whose owners get descheduled (or sleep while holding it) soon costs
+ * its waiters little more than glibc's immediate park. The budget is twice
+ * the estimate plus 500 ns, at most LK_SPIN_BLIND_NS.
+ */
+#define SPINNING    1u
+#define EST_SHIFT   16
+#define EST_UNIT_NS 64u
+
+static uint64_t blind_estimate(uint32_t s)
+{
+	uint32_t e = s >> EST_SHIFT;
+	return e ? (uint64_t)(e - 1) * EST_UNIT_NS : LK_SPIN_BLIND_NS / 2;
+}
+
+static uint32_t blind_store(uint64_t est_ns)
+{
+	uint64_t e = est_ns / EST_UNIT_NS;
+	return (uint32_t)((e > 0xfffe ? 0xfffe : e) + 1) << EST_SHIFT;
+}
+
+/*
  * Spin on the word while that can win: we are the only spinner, the owner's
  * vCPU is not preempted, no hand-off is pending, and the budget lasts.
  * 'extra' is WAITERS once the caller has parked (see the header comment).
  */
-static bool spin_acquire(pvrt_mutex_t *m, uint32_t extra)
+static bool spin_acquire(pvrt_mutex_t *m, uint32_t extra, struct pvrt_ult *self)
 {
-	uint32_t z = 0;
 	/* Relaxed: the spinner slot only limits spinning; it protects no data. */
-	if (__atomic_load_n(&m->spinner, __ATOMIC_RELAXED) ||
-	    !__atomic_compare_exchange_n(&m->spinner, &z, 1, false, __ATOMIC_RELAXED,
-					 __ATOMIC_RELAXED))
+	uint32_t slot = __atomic_load_n(&m->spinner, __ATOMIC_RELAXED);
+	if ((slot & SPINNING) ||
+	    !__atomic_compare_exchange_n(&m->spinner, &slot, slot | SPINNING, false,
+					 __ATOMIC_RELAXED, __ATOMIC_RELAXED))
 		return false;
 	pvhint_t *h = lk_hints();
-	bool self_ult = pvrt_ult_current() != NULL;
-	bool got = false;
-	unsigned b = 1;
-	for (int i = 0; i < LK_SPIN_CHECKS; i++) {
+	bool blind = !(h->valid & PVHINT_VALID_PREEMPTED);
+	uint64_t est = blind_estimate(slot);
+	uint64_t budget = blind ? 2 * est + 500 : LK_SPIN_NS;
+	if (budget > LK_SPIN_BLIND_NS && blind)
+		budget = LK_SPIN_BLIND_NS;
+	bool self_ult = self != NULL;
+	bool got = false, ran_out = false;
+	struct lk_spin sp;
+	lk_spin_init(&sp, budget);
+	for (unsigned i = 0;; i++) {
 		uint32_t w = __atomic_load_n(&m->word, __ATOMIC_RELAXED);
 		if (!(w & LOCKED)) {
 			/* Acquire: the previous owner's critical section happens-before ours. */
@@ -116,9 +148,20 @@ static bool spin_acquire(pvrt_mutex_t *m, uint32_t extra)
 				continue;
 			}
 		}
-		lk_backoff(&b);
+		if (!lk_spin_more(&sp)) {
+			ran_out = true;
+			break;
+		}
 	}
-	__atomic_store_n(&m->spinner, 0, __ATOMIC_RELAXED);
+	if (blind && got) {
+		uint64_t t = lk_spin_elapsed(&sp);
+		est = t > est ? est + (t - est) / 8 : est - (est - t) / 8;
+	} else if (blind && ran_out) {
+		est -= est / 4;
+	}
+	/* Relaxed: see above. Frees the slot and keeps the estimate. */
+	__atomic_store_n(&m->spinner, blind ? blind_store(est) : (slot & ~SPINNING),
+			 __ATOMIC_RELAXED);
 	return got;
 }
 
@@ -127,9 +170,10 @@ static bool spin_acquire(pvrt_mutex_t *m, uint32_t extra)
  * another thread is the hand-off target (the caller parks on the word as
  * before), or the timeout error.
  */
-static int handoff_acquire(pvrt_mutex_t *m, clockid_t clk, const struct timespec *abs)
+static int handoff_acquire(pvrt_mutex_t *m, clockid_t clk, const struct timespec *abs,
+			   struct pvrt_ult *u)
 {
-	const uint32_t t = (uint32_t)lk_tid();
+	const uint32_t t = (uint32_t)lk_self_id(u);
 	bool registered = false;
 
 	for (;;) {
@@ -151,7 +195,7 @@ static int handoff_acquire(pvrt_mutex_t *m, clockid_t clk, const struct timespec
 							 __ATOMIC_SEQ_CST, __ATOMIC_RELAXED))
 				return -EAGAIN;
 			registered = true;
-			__atomic_store_n(&m->handoff_vcpu, lk_self_vcpu1(), __ATOMIC_RELAXED);
+			__atomic_store_n(&m->handoff_vcpu, lk_self_vcpu1(u), __ATOMIC_RELAXED);
 		}
 		uint32_t w = __atomic_load_n(&m->word, __ATOMIC_SEQ_CST);
 		if (!(w & LOCKED)) {
@@ -189,14 +233,13 @@ static int handoff_acquire(pvrt_mutex_t *m, clockid_t clk, const struct timespec
 	}
 }
 
-static int lock_slow(pvrt_mutex_t *m, clockid_t clk, const struct timespec *abs, bool timed)
+static int lock_slow(pvrt_mutex_t *m, clockid_t clk, const struct timespec *abs, bool timed,
+		     struct pvrt_ult *u)
 {
 	lk_stat(C, LK_CONTENDED);
-	if (spin_acquire(m, 0))
-		return 0;
 	if (timed) {
-		/* glibc's order: a bad timespec is EINVAL only once the caller would block, and a
-		 * negative tv_sec is already expired. */
+		/* glibc's order: a bad timespec is EINVAL once the first attempt failed (not
+		 * before), and a negative tv_sec is already expired. */
 		if (!lk_valid_timespec(abs))
 			return -EINVAL;
 		if (abs->tv_sec < 0)
@@ -205,6 +248,8 @@ static int lock_slow(pvrt_mutex_t *m, clockid_t clk, const struct timespec *abs,
 		clk = CLOCK_MONOTONIC;
 		abs = NULL;
 	}
+	if (spin_acquire(m, 0, u))
+		return 0;
 
 	unsigned lost = 0;
 	uint64_t t0 = 0;
@@ -219,7 +264,7 @@ static int lock_slow(pvrt_mutex_t *m, clockid_t clk, const struct timespec *abs,
 			continue;
 		}
 		if (lost && (lost >= LK_STARVE_WAKEUPS || lk_now_ns() - t0 >= LK_STARVE_NS)) {
-			int r = handoff_acquire(m, clk, abs);
+			int r = handoff_acquire(m, clk, abs, u);
 			if (r != -EAGAIN)
 				return r;
 		}
@@ -240,7 +285,7 @@ static int lock_slow(pvrt_mutex_t *m, clockid_t clk, const struct timespec *abs,
 		if (r == 0)
 			lost++;
 		/* Woken: the owner changed, so spinning may pay again. */
-		if (spin_acquire(m, extra))
+		if (spin_acquire(m, extra, u))
 			return 0;
 	}
 }
@@ -311,7 +356,8 @@ static inline bool try_fast(pvrt_mutex_t *m)
 static int lock_common(pvrt_mutex_t *m, clockid_t clk, const struct timespec *abs, bool timed)
 {
 	int type = mtype(m);
-	int tid = lk_tid();
+	struct pvrt_ult *u = lk_self_ult();
+	int tid = lk_self_id(u);
 	if (type == PVRT_MUTEX_RECURSIVE || type == PVRT_MUTEX_ERRORCHECK) {
 		if (__atomic_load_n(&m->owner, __ATOMIC_RELAXED) == tid) {
 			if (type == PVRT_MUTEX_ERRORCHECK)
@@ -324,11 +370,11 @@ static int lock_common(pvrt_mutex_t *m, clockid_t clk, const struct timespec *ab
 		}
 	}
 	if (lk_unlikely(!try_fast(m))) {
-		int r = lock_slow(m, clk, abs, timed);
+		int r = lock_slow(m, clk, abs, timed, u);
 		if (r)
 			return r;
 	}
-	publish_owner(m, tid);
+	publish_owner(m, tid, u);
 	if (type == PVRT_MUTEX_RECURSIVE)
 		m->count = 1;
 	lk_stat(C, LK_ACQ);
@@ -337,6 +383,14 @@ static int lock_common(pvrt_mutex_t *m, clockid_t clk, const struct timespec *ab
 
 int pvrt_mutex_lock(pvrt_mutex_t *m)
 {
+	/* Fast path for the common type, kept small (no spilled registers). */
+	int type = mtype(m);
+	if (lk_likely(type == PVRT_MUTEX_NORMAL || type == PVRT_MUTEX_ADAPTIVE) && try_fast(m)) {
+		struct pvrt_ult *u = lk_self_ult();
+		publish_owner(m, lk_self_id(u), u);
+		lk_stat(C, LK_ACQ);
+		return 0;
+	}
 	return lock_common(m, CLOCK_MONOTONIC, NULL, false);
 }
 
@@ -350,7 +404,8 @@ int pvrt_mutex_timedlock(pvrt_mutex_t *m, clockid_t clk, const struct timespec *
 int pvrt_mutex_trylock(pvrt_mutex_t *m)
 {
 	int type = mtype(m);
-	int tid = lk_tid();
+	struct pvrt_ult *u = lk_self_ult();
+	int tid = lk_self_id(u);
 	if (type == PVRT_MUTEX_RECURSIVE && __atomic_load_n(&m->owner, __ATOMIC_RELAXED) == tid) {
 		if (m->count == UINT32_MAX)
 			return -EAGAIN;
@@ -367,7 +422,7 @@ int pvrt_mutex_trylock(pvrt_mutex_t *m)
 						__ATOMIC_RELAXED))
 			break;
 	}
-	publish_owner(m, tid);
+	publish_owner(m, tid, u);
 	if (type == PVRT_MUTEX_RECURSIVE)
 		m->count = 1;
 	lk_stat(C, LK_ACQ);
@@ -378,7 +433,7 @@ int pvrt_mutex_unlock(pvrt_mutex_t *m)
 {
 	int type = mtype(m);
 	if (type == PVRT_MUTEX_RECURSIVE || type == PVRT_MUTEX_ERRORCHECK) {
-		if (__atomic_load_n(&m->owner, __ATOMIC_RELAXED) != lk_tid() ||
+		if (__atomic_load_n(&m->owner, __ATOMIC_RELAXED) != lk_self_id(lk_self_ult()) ||
 		    !(__atomic_load_n(&m->word, __ATOMIC_RELAXED) & LOCKED))
 			return -EPERM;
 		if (type == PVRT_MUTEX_RECURSIVE && --m->count != 0)

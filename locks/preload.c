@@ -107,6 +107,11 @@ REAL(int, pthread_rwlock_unlock, pthread_rwlock_t *)
 REAL(int, pthread_barrier_init, pthread_barrier_t *, const pthread_barrierattr_t *, unsigned)
 REAL(int, pthread_barrier_destroy, pthread_barrier_t *)
 REAL(int, pthread_barrier_wait, pthread_barrier_t *)
+REAL(int, pthread_spin_init, pthread_spinlock_t *, int)
+REAL(int, pthread_spin_destroy, pthread_spinlock_t *)
+REAL(int, pthread_spin_lock, pthread_spinlock_t *)
+REAL(int, pthread_spin_trylock, pthread_spinlock_t *)
+REAL(int, pthread_spin_unlock, pthread_spinlock_t *)
 REAL(int, pthread_create, pthread_t *, const pthread_attr_t *, void *(*)(void *), void *)
 
 /* Calls into glibc keep errno as glibc leaves it; ours never touch it (pvrt_futex saves it). */
@@ -119,10 +124,15 @@ static inline pvrt_mutex_t *PM(pthread_mutex_t *m)
 	return (pvrt_mutex_t *)(void *)m;
 }
 
+/* PVRT_LOCKS=glibc (pvrt-run --locks=glibc): every call goes to glibc; only the thread placement
+ * on emulated vCPUs remains, for comparisons under the emulator. Set by the constructor. */
+static bool all_glibc;
+
 static inline bool mutex_foreign(pthread_mutex_t *m)
 {
 	/* Relaxed: __kind is set at init, before the mutex is shared. */
-	return lk_unlikely(__atomic_load_n(&PM(m)->kind, __ATOMIC_RELAXED) & GLIBC_MUTEX_FOREIGN);
+	return lk_unlikely(all_glibc ||
+			   (__atomic_load_n(&PM(m)->kind, __ATOMIC_RELAXED) & GLIBC_MUTEX_FOREIGN));
 }
 
 EXPORT int pthread_mutex_init(pthread_mutex_t *m, const pthread_mutexattr_t *attr)
@@ -135,7 +145,7 @@ EXPORT int pthread_mutex_init(pthread_mutex_t *m, const pthread_mutexattr_t *att
 		pthread_mutexattr_getrobust(attr, &robust);
 		pthread_mutexattr_getprotocol(attr, &proto);
 	}
-	if (pshared != PTHREAD_PROCESS_PRIVATE || robust != PTHREAD_MUTEX_STALLED ||
+	if (all_glibc || pshared != PTHREAD_PROCESS_PRIVATE || robust != PTHREAD_MUTEX_STALLED ||
 	    proto != PTHREAD_PRIO_NONE)
 		return CALL_REAL(pthread_mutex_init, m, attr);
 	return -pvrt_mutex_init(PM(m), type);
@@ -196,8 +206,8 @@ static inline pvrt_cond_t *PC(pthread_cond_t *c)
 static inline bool cond_foreign(pthread_cond_t *c)
 {
 	/* Relaxed: set at init, before the condvar is shared. */
-	return lk_unlikely(__atomic_load_n(&PC(c)->glibc_wrefs, __ATOMIC_RELAXED) &
-			   GLIBC_COND_SHARED);
+	return lk_unlikely(all_glibc || (__atomic_load_n(&PC(c)->glibc_wrefs, __ATOMIC_RELAXED) &
+					 GLIBC_COND_SHARED));
 }
 
 static int op_unlock(void *m)
@@ -218,7 +228,7 @@ EXPORT int pthread_cond_init(pthread_cond_t *c, const pthread_condattr_t *attr)
 		pthread_condattr_getpshared(attr, &pshared);
 		pthread_condattr_getclock(attr, &clk);
 	}
-	if (pshared != PTHREAD_PROCESS_PRIVATE)
+	if (all_glibc || pshared != PTHREAD_PROCESS_PRIVATE)
 		return CALL_REAL(pthread_cond_init, c, attr);
 	return -pvrt_cond_init(PC(c), clk);
 }
@@ -280,7 +290,7 @@ static inline pvrt_rwlock_t *PR(pthread_rwlock_t *rw)
 static inline bool rw_foreign(pthread_rwlock_t *rw)
 {
 	/* Relaxed: set at init. */
-	return lk_unlikely(__atomic_load_n(&PR(rw)->shared, __ATOMIC_RELAXED) != 0);
+	return lk_unlikely(all_glibc || __atomic_load_n(&PR(rw)->shared, __ATOMIC_RELAXED) != 0);
 }
 
 EXPORT int pthread_rwlock_init(pthread_rwlock_t *rw, const pthread_rwlockattr_t *attr)
@@ -290,7 +300,7 @@ EXPORT int pthread_rwlock_init(pthread_rwlock_t *rw, const pthread_rwlockattr_t 
 		pthread_rwlockattr_getpshared(attr, &pshared);
 		pthread_rwlockattr_getkind_np(attr, &pref);
 	}
-	if (pshared != PTHREAD_PROCESS_PRIVATE)
+	if (all_glibc || pshared != PTHREAD_PROCESS_PRIVATE)
 		return CALL_REAL(pthread_rwlock_init, rw, attr);
 	return -pvrt_rwlock_init(PR(rw), pref);
 }
@@ -371,27 +381,37 @@ EXPORT int pthread_rwlock_unlock(pthread_rwlock_t *rw)
 
 EXPORT int pthread_spin_init(pthread_spinlock_t *s, int pshared)
 {
-	(void)pshared; /* glibc ignores it too; our parks are bounded (see spinlock.c) */
+	if (all_glibc)
+		return CALL_REAL(pthread_spin_init, s, pshared);
+	/* pshared: glibc ignores it too; our parks are bounded (see spinlock.c). */
 	return -pvrt_spin_init((pvrt_spinlock_t *)(void *)s);
 }
 
 EXPORT int pthread_spin_destroy(pthread_spinlock_t *s)
 {
+	if (all_glibc)
+		return CALL_REAL(pthread_spin_destroy, s);
 	return -pvrt_spin_destroy((pvrt_spinlock_t *)(void *)s);
 }
 
 EXPORT int pthread_spin_lock(pthread_spinlock_t *s)
 {
+	if (all_glibc)
+		return CALL_REAL(pthread_spin_lock, s);
 	return -pvrt_spin_lock((pvrt_spinlock_t *)(void *)s);
 }
 
 EXPORT int pthread_spin_trylock(pthread_spinlock_t *s)
 {
+	if (all_glibc)
+		return CALL_REAL(pthread_spin_trylock, s);
 	return -pvrt_spin_trylock((pvrt_spinlock_t *)(void *)s);
 }
 
 EXPORT int pthread_spin_unlock(pthread_spinlock_t *s)
 {
+	if (all_glibc)
+		return CALL_REAL(pthread_spin_unlock, s);
 	return -pvrt_spin_unlock((pvrt_spinlock_t *)(void *)s);
 }
 
@@ -404,7 +424,7 @@ static inline pvrt_barrier_t *PB(pthread_barrier_t *b)
 
 static inline bool barrier_foreign(pthread_barrier_t *b)
 {
-	return lk_unlikely(__atomic_load_n(&PB(b)->shared, __ATOMIC_RELAXED) != 0);
+	return lk_unlikely(all_glibc || __atomic_load_n(&PB(b)->shared, __ATOMIC_RELAXED) != 0);
 }
 
 EXPORT int pthread_barrier_init(pthread_barrier_t *b, const pthread_barrierattr_t *attr,
@@ -413,7 +433,7 @@ EXPORT int pthread_barrier_init(pthread_barrier_t *b, const pthread_barrierattr_
 	int pshared = PTHREAD_PROCESS_PRIVATE;
 	if (attr)
 		pthread_barrierattr_getpshared(attr, &pshared);
-	if (pshared != PTHREAD_PROCESS_PRIVATE)
+	if (all_glibc || pshared != PTHREAD_PROCESS_PRIVATE)
 		return CALL_REAL(pthread_barrier_init, b, attr, count);
 	return -pvrt_barrier_init(PB(b), count);
 }
@@ -521,9 +541,18 @@ static void write_stats(void)
 	errno = saved;
 }
 
+static void preload_atfork_child(void)
+{
+	/* The emulator's control thread does not survive fork: attaching a thread in the child
+	 * could block it for ever on a vCPU that nobody resumes. Children run unemulated. */
+	emu_handle = NULL;
+}
+
 __attribute__((constructor)) static void preload_init(void)
 {
 	int saved = errno;
+	const char *locks = getenv("PVRT_LOCKS");
+	all_glibc = locks && !strcmp(locks, "glibc");
 	const char *sf = getenv("PVRT_STATS_FILE");
 	if (sf && *sf) {
 		stats_file = strdup(sf);
@@ -536,6 +565,7 @@ __attribute__((constructor)) static void preload_init(void)
 	pvhint_t *h = NULL;
 	if (pvhint_default(&h) == 0 && h && strcmp(pvhint_source_name(h), "emu") == 0) {
 		pthread_key_create(&detach_key, detach_at_exit);
+		pthread_atfork(NULL, NULL, preload_atfork_child);
 		/* Release: the handle is complete before pthread_create reads it. */
 		__atomic_store_n(&emu_handle, h, __ATOMIC_RELEASE);
 		attach_self();

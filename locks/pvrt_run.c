@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * pvrt-run [--hints=SRC] [--emu=SPEC] [--stats] [--] PROGRAM [ARGS...]
+ * pvrt-run [--hints=SRC] [--emu=SPEC] [--locks=pvrt|glibc] [--stats] [--] PROGRAM [ARGS...]
  *
  * Runs PROGRAM with libpvrt-preload.so (pvrt's locks behind glibc's pthread
  * lock functions) and the chosen hint source. --emu=SPEC selects the overcommit
@@ -8,6 +8,8 @@
  * emulated vCPU. --stats prints, when PROGRAM exits, per lock class:
  * acquisitions, contended acquisitions, spins cut short because the owner's
  * vCPU was preempted, parks and hand-offs (summed over PROGRAM's processes).
+ * --locks=glibc keeps glibc's locks (everything else unchanged, e.g. thread placement under
+ * --emu): the baseline for comparisons under the emulator.
  *
  * Exit status: PROGRAM's (128 + signal if it was killed); 2 for a usage error;
  * 127 if PROGRAM cannot be run.
@@ -34,12 +36,14 @@
 
 static void usage(FILE *f)
 {
-	fprintf(f,
-		"usage: pvrt-run [--hints=SRC] [--emu=SPEC] [--stats] [--] PROGRAM [ARGS...]\n"
-		"  --hints=SRC  hint source: auto (default), kvm, emu, none\n"
-		"  --emu=SPEC   overcommit emulator, e.g. vcpus=4,pcpus=2 (implies --hints=emu)\n"
-		"  --stats      print per-lock-class statistics when PROGRAM exits\n"
-		"  --help       this text\n");
+	fprintf(
+	    f, "usage: pvrt-run [--hints=SRC] [--emu=SPEC] [--locks=pvrt|glibc] [--stats] [--] "
+	       "PROGRAM [ARGS...]\n"
+	       "  --hints=SRC   hint source: auto (default), kvm, emu, none\n"
+	       "  --emu=SPEC    overcommit emulator, e.g. vcpus=4,pcpus=2 (implies --hints=emu)\n"
+	       "  --locks=KIND  pvrt (default) or glibc (the baseline: glibc's locks, same setup)\n"
+	       "  --stats       print per-lock-class statistics when PROGRAM exits\n"
+	       "  --help        this text\n");
 }
 
 static int usage_error(const char *fmt, const char *arg)
@@ -126,7 +130,7 @@ static void print_stats(const char *path)
 
 int main(int argc, char **argv)
 {
-	const char *hints = NULL, *emu = NULL;
+	const char *hints = NULL, *emu = NULL, *locks = NULL;
 	bool stats = false;
 	int i = 1;
 	for (; i < argc; i++) {
@@ -141,6 +145,8 @@ int main(int argc, char **argv)
 			hints = a + 8;
 		else if (!strncmp(a, "--emu=", 6))
 			emu = a + 6;
+		else if (!strncmp(a, "--locks=", 8))
+			locks = a + 8;
 		else if (!strcmp(a, "--stats"))
 			stats = true;
 		else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -156,6 +162,8 @@ int main(int argc, char **argv)
 	if (hints && strcmp(hints, "auto") && strcmp(hints, "kvm") && strcmp(hints, "emu") &&
 	    strcmp(hints, "none") && strcmp(hints, "bpf"))
 		return usage_error("unknown hint source '%s' (auto, kvm, emu, none)", hints);
+	if (locks && strcmp(locks, "pvrt") && strcmp(locks, "glibc"))
+		return usage_error("--locks is pvrt or glibc, not '%s'", locks);
 	if (emu && !*emu)
 		return usage_error("%s", "--emu needs a SPEC, e.g. --emu=vcpus=4,pcpus=2");
 	if (emu && hints && strcmp(hints, "emu"))
@@ -190,6 +198,8 @@ int main(int argc, char **argv)
 		setenv("PVRT_HINTS", hints, 1);
 	if (emu)
 		setenv("PVRT_EMU", emu, 1);
+	if (locks)
+		setenv("PVRT_LOCKS", locks, 1);
 
 	if (!stats) {
 		unsetenv("PVRT_STATS_FILE");

@@ -74,12 +74,11 @@ static inline bool spin_worth(pvrt_rwlock_t *rw, uint32_t s, pvhint_t *h, bool *
 static int rdlock_common(pvrt_rwlock_t *rw, clockid_t clk, const struct timespec *abs, bool timed)
 {
 	if ((__atomic_load_n(&rw->state, __ATOMIC_RELAXED) & WRITER) &&
-	    __atomic_load_n(&rw->writer, __ATOMIC_RELAXED) == lk_tid())
+	    __atomic_load_n(&rw->writer, __ATOMIC_RELAXED) == lk_self_id(lk_self_ult()))
 		return -EDEADLK;
 	pvhint_t *h = NULL;
-	int spins = 0;
-	unsigned b = 1;
-	bool contended = false;
+	struct lk_spin sp = {0};
+	bool spinning = false, contended = false;
 	for (;;) {
 		uint32_t s = __atomic_load_n(&rw->state, __ATOMIC_RELAXED);
 		if (reader_may_enter(rw, s)) {
@@ -98,15 +97,19 @@ static int rdlock_common(pvrt_rwlock_t *rw, clockid_t clk, const struct timespec
 			lk_stat(C, LK_CONTENDED);
 			h = lk_hints();
 		}
+		if (!spinning) {
+			spinning = true;
+			lk_spin_init(&sp, lk_spin_budget(h));
+		}
 		bool cut = false;
-		if (spins < LK_SPIN_CHECKS && spin_worth(rw, s, h, &cut)) {
-			spins++;
-			lk_backoff(&b);
+		if (sp.budget && spin_worth(rw, s, h, &cut)) {
+			if (!lk_spin_more(&sp))
+				sp.budget = 0; /* spent: park */
 			continue;
 		}
-		if (cut && spins < LK_SPIN_CHECKS) {
+		if (cut && sp.budget) {
 			lk_stat(C, LK_SPIN_CUT);
-			spins = LK_SPIN_CHECKS;
+			sp.budget = 0;
 		}
 		if (timed) {
 			if (abs->tv_sec < 0)
@@ -125,7 +128,8 @@ static int rdlock_common(pvrt_rwlock_t *rw, clockid_t clk, const struct timespec
 		__atomic_fetch_sub(&rw->nrwait, 1, __ATOMIC_SEQ_CST);
 		if (r == -ETIMEDOUT || r == -EINVAL)
 			return r;
-		spins = 0;
+		spinning = false; /* woken: spin again */
+		sp.budget = 0;
 	}
 }
 
@@ -141,14 +145,14 @@ static void writer_left(pvrt_rwlock_t *rw)
 
 static int wrlock_common(pvrt_rwlock_t *rw, clockid_t clk, const struct timespec *abs, bool timed)
 {
-	int tid = lk_tid();
+	struct pvrt_ult *u = lk_self_ult();
+	int tid = lk_self_id(u);
 	if ((__atomic_load_n(&rw->state, __ATOMIC_RELAXED) & WRITER) &&
 	    __atomic_load_n(&rw->writer, __ATOMIC_RELAXED) == tid)
 		return -EDEADLK;
 	pvhint_t *h = NULL;
-	int spins = 0;
-	unsigned b = 1;
-	bool contended = false;
+	struct lk_spin sp = {0};
+	bool spinning = false, contended = false;
 	for (;;) {
 		uint32_t s = 0;
 		/* Acquire: the previous holders' critical sections happen-before ours. */
@@ -156,7 +160,7 @@ static int wrlock_common(pvrt_rwlock_t *rw, clockid_t clk, const struct timespec
 						__ATOMIC_RELAXED)) {
 			/* Relaxed: hints for contenders and the EDEADLK check by this thread. */
 			__atomic_store_n(&rw->writer, tid, __ATOMIC_RELAXED);
-			__atomic_store_n(&rw->writer_vcpu, lk_self_vcpu1(), __ATOMIC_RELAXED);
+			__atomic_store_n(&rw->writer_vcpu, lk_self_vcpu1(u), __ATOMIC_RELAXED);
 			lk_stat(C, LK_ACQ);
 			return 0;
 		}
@@ -165,15 +169,19 @@ static int wrlock_common(pvrt_rwlock_t *rw, clockid_t clk, const struct timespec
 			lk_stat(C, LK_CONTENDED);
 			h = lk_hints();
 		}
+		if (!spinning) {
+			spinning = true;
+			lk_spin_init(&sp, lk_spin_budget(h));
+		}
 		bool cut = false;
-		if (spins < LK_SPIN_CHECKS && spin_worth(rw, s, h, &cut)) {
-			spins++;
-			lk_backoff(&b);
+		if (sp.budget && spin_worth(rw, s, h, &cut)) {
+			if (!lk_spin_more(&sp))
+				sp.budget = 0; /* spent: park */
 			continue;
 		}
-		if (cut && spins < LK_SPIN_CHECKS) {
+		if (cut && sp.budget) {
 			lk_stat(C, LK_SPIN_CUT);
-			spins = LK_SPIN_CHECKS;
+			sp.budget = 0;
 		}
 		if (timed) {
 			if (abs->tv_sec < 0)
@@ -193,7 +201,8 @@ static int wrlock_common(pvrt_rwlock_t *rw, clockid_t clk, const struct timespec
 			return r;
 		}
 		__atomic_fetch_sub(&rw->nwwait, 1, __ATOMIC_SEQ_CST);
-		spins = 0;
+		spinning = false; /* woken: spin again */
+		sp.budget = 0;
 	}
 }
 
@@ -246,8 +255,9 @@ int pvrt_rwlock_trywrlock(pvrt_rwlock_t *rw)
 	if (!__atomic_compare_exchange_n(&rw->state, &s, WRITER, false, __ATOMIC_ACQUIRE,
 					 __ATOMIC_RELAXED))
 		return -EBUSY;
-	__atomic_store_n(&rw->writer, lk_tid(), __ATOMIC_RELAXED);
-	__atomic_store_n(&rw->writer_vcpu, lk_self_vcpu1(), __ATOMIC_RELAXED);
+	struct pvrt_ult *u = lk_self_ult();
+	__atomic_store_n(&rw->writer, lk_self_id(u), __ATOMIC_RELAXED);
+	__atomic_store_n(&rw->writer_vcpu, lk_self_vcpu1(u), __ATOMIC_RELAXED);
 	lk_stat(C, LK_ACQ);
 	return 0;
 }

@@ -61,12 +61,11 @@ static int sem_wait_common(pvrt_sem_t *s, clockid_t clk, const struct timespec *
 	if (pvrt_sem_trywait(s) == 0)
 		return 0;
 	lk_stat(C, LK_CONTENDED);
-	unsigned b = 1;
-	for (int i = 0; i < LK_SPIN_CHECKS / 4; i++) {
-		lk_backoff(&b);
+	struct lk_spin sp;
+	lk_spin_init(&sp, LK_SPIN_BLIND_NS);
+	while (lk_spin_more(&sp))
 		if (pvrt_sem_trywait(s) == 0)
 			return 0;
-	}
 	if (abs && !lk_valid_timespec(abs))
 		return -EINVAL;
 	for (;;) {

@@ -32,7 +32,7 @@ int pvrt_spin_destroy(pvrt_spinlock_t *s)
 
 static inline uint32_t self_word(void)
 {
-	uint32_t v = lk_self_vcpu1();
+	uint32_t v = lk_self_vcpu1(lk_self_ult());
 	return (v ? v : 1) & ~PARKED;
 }
 
@@ -54,8 +54,9 @@ static void spin_slow(pvrt_spinlock_t *s)
 	uint32_t me = self_word();
 	uint32_t parked = 0; /* PARKED once we have parked: others may still sleep */
 	for (;;) {
-		unsigned b = 1;
-		for (int i = 0; i < LK_SPINLOCK_CHECKS; i++) {
+		struct lk_spin sp;
+		lk_spin_init(&sp, LK_SPINLOCK_SPIN_NS);
+		for (;;) {
 			uint32_t w = __atomic_load_n(s, __ATOMIC_RELAXED);
 			if (w == 0) {
 				/* Acquire: as in trylock. */
@@ -68,9 +69,10 @@ static void spin_slow(pvrt_spinlock_t *s)
 				lk_stat(C, LK_SPIN_CUT);
 				break;
 			}
-			lk_backoff(&b);
-			if (b == LK_BACKOFF_MAX)
-				b = 1; /* pthread_spin users expect short reaction times */
+			if (!lk_spin_more(&sp))
+				break;
+			if (sp.backoff == LK_BACKOFF_MAX)
+				sp.backoff = 1; /* pthread_spin users expect short reaction times */
 		}
 		uint32_t w = __atomic_load_n(s, __ATOMIC_RELAXED);
 		if (w == 0)

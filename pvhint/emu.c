@@ -67,6 +67,7 @@
 #include <linux/futex.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
@@ -87,7 +88,7 @@ static __thread struct emu_thr *emu_self IE;
 static __thread int emu_in_lock IE;
 
 /* Protects attach/detach against close (t->emu) and the stop signal's installation. */
-static pthread_mutex_t glock = PTHREAD_MUTEX_INITIALIZER;
+static uint32_t glock;
 static int sig_refs, sig_no;
 static struct sigaction sig_old;
 static uint32_t inflight;     /* stop signals sent whose handler has not finished */
@@ -116,6 +117,15 @@ static void futex_wake(uint32_t *addr)
 	syscall(SYS_futex, addr, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
 }
 
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#elif defined(__aarch64__)
+	__asm__ volatile("yield");
+#endif
+}
+
 static inline struct pvhint_emu *thr_emu(const struct emu_thr *t)
 {
 	/* Relaxed: only compared with a handle the caller keeps open; changed under glock. */
@@ -129,17 +139,43 @@ static inline bool runnable(const struct emu_vcpu *vc)
 
 static void wait_hold(struct emu_thr *t);
 
+/*
+ * The emulator's locks are its own futex mutexes, not pthread mutexes: under pvrt's preload
+ * library pthread_mutex_lock is pvrt's mutex, whose slow path calls pvhint_thread_park(), which
+ * takes these locks; an interposed lock here would recurse. Three states (Drepper): 0 free,
+ * 1 locked, 2 locked with possible waiters. Acquire on taking, release on dropping: they order
+ * the protected data (and TSan sees the happens-before through the atomics).
+ */
+static void mutex_lock(uint32_t *m)
+{
+	uint32_t c = 0;
+	if (__atomic_compare_exchange_n(m, &c, 1, false, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+		return;
+	if (c != 2)
+		c = __atomic_exchange_n(m, 2, __ATOMIC_ACQUIRE);
+	while (c != 0) {
+		futex_wait(m, 2, 0); /* EINTR/EAGAIN: retry */
+		c = __atomic_exchange_n(m, 2, __ATOMIC_ACQUIRE);
+	}
+}
+
+static void mutex_unlock(uint32_t *m)
+{
+	if (__atomic_exchange_n(m, 0, __ATOMIC_RELEASE) == 2)
+		syscall(SYS_futex, m, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+}
+
 /* Take/drop glock or an emulator lock on a thread that may be attached (see emu_in_lock). */
-static void lock_enter(pthread_mutex_t *m)
+static void lock_enter(uint32_t *m)
 {
 	emu_in_lock++;
 	__atomic_signal_fence(__ATOMIC_SEQ_CST); /* the handler sees it before we may block */
-	pthread_mutex_lock(m);
+	mutex_lock(m);
 }
 
-static void lock_leave(pthread_mutex_t *m)
+static void lock_leave(uint32_t *m)
 {
-	pthread_mutex_unlock(m);
+	mutex_unlock(m);
 	__atomic_signal_fence(__ATOMIC_SEQ_CST);
 	if (--emu_in_lock)
 		return;
@@ -151,6 +187,26 @@ static void lock_leave(pthread_mutex_t *m)
 		if (__atomic_load_n(&t->state, __ATOMIC_RELAXED) != THR_PARKED)
 			wait_hold(t);
 	}
+}
+
+/* Wake the control thread (e->lock held): the model changed. */
+static void kick_ctl(struct pvhint_emu *e)
+{
+	__atomic_fetch_add(&e->kick, 1, __ATOMIC_RELAXED); /* ordered by the lock release */
+	syscall(SYS_futex, &e->kick, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+}
+
+/*
+ * The control thread sleeps until 'until' (UINT64_MAX: no limit) or a kick. The kick count is
+ * read under the lock, so a kick made after we drop the lock changes it and the futex wait
+ * returns at once: no lost wake-up.
+ */
+static void ctl_sleep(struct pvhint_emu *e, uint64_t now, uint64_t until)
+{
+	uint32_t k = __atomic_load_n(&e->kick, __ATOMIC_RELAXED);
+	lock_leave(&e->lock);
+	futex_wait(&e->kick, k, until == UINT64_MAX ? 0 : until - now);
+	lock_enter(&e->lock);
 }
 
 /* ---- the stop signal ---- */
@@ -412,9 +468,17 @@ static bool send_stop(struct pvhint_emu *e, struct emu_vcpu *vc, struct emu_thr 
 /* Wait (bounded) until every thread of vc that was sent the signal acknowledged it. */
 static void wait_acks(struct pvhint_emu *e, struct emu_vcpu *vc)
 {
-	uint64_t deadline = now_ns() + e->c.ack_timeout;
+	uint64_t start = now_ns(), deadline = start + e->c.ack_timeout;
 
 	for (struct emu_thr *t = vc->threads; t; t = t->next) {
+		/*
+		 * A running thread acks within tens of microseconds; poll that long before
+		 * sleeping, as a futex sleep would add the caller's own wake-up delay to every
+		 * stop.
+		 */
+		while (__atomic_load_n(&t->state, __ATOMIC_ACQUIRE) == THR_STOPREQ &&
+		       now_ns() - start < 30000)
+			cpu_relax();
 		for (;;) {
 			/* acquire: pairs with the handler's ack store */
 			if (__atomic_load_n(&t->state, __ATOMIC_ACQUIRE) != THR_STOPREQ)
@@ -437,11 +501,7 @@ static void wait_acks(struct pvhint_emu *e, struct emu_vcpu *vc)
 	}
 }
 
-/*
- * Deschedule v: flag, holds, signals. Returns whether a signal was sent; the caller then waits
- * for the acks (stop_wait), after starting the other stops of the same step, so that vCPUs
- * switched out together stop in parallel.
- */
+/* Deschedule v: flag, holds, signals. Returns whether a signal was sent (acks to wait for). */
 static bool stop_begin(struct pvhint_emu *e, unsigned v, uint64_t now)
 {
 	struct emu_vcpu *vc = &e->vc[v];
@@ -645,8 +705,8 @@ static void *control_main(void *arg)
 	if (e->c.rt) {
 		/*
 		 * The model's timing is only as good as this thread's wake-ups; on a loaded machine
-		 * a real-time priority keeps it on time. It never spins (every wait is a futex or
-		 * a timed condition wait). Without the privilege it simply stays SCHED_OTHER.
+		 * a real-time priority keeps it on time. It never spins (every wait is a futex
+		 * wait). Without the privilege it simply stays SCHED_OTHER.
 		 */
 		struct sched_param sp = {.sched_priority = 1};
 		pthread_setschedparam(pthread_self(), SCHED_FIFO, &sp);
@@ -687,13 +747,8 @@ static void *control_main(void *arg)
 			if (next > e->last_flush + 10000000)
 				next = e->last_flush + 10000000;
 		}
-		if (next == UINT64_MAX) {
-			pthread_cond_wait(&e->cond, &e->lock);
-		} else if (next > now) {
-			struct timespec ts = {(time_t)(next / 1000000000u),
-					      (long)(next % 1000000000u)};
-			pthread_cond_timedwait(&e->cond, &e->lock, &ts);
-		}
+		if (next > now)
+			ctl_sleep(e, now, next);
 	}
 	lock_leave(&e->lock);
 	return NULL;
@@ -722,11 +777,15 @@ int pvhint__emu_open(struct pvhint_impl *im, const char *spec, const char *label
 	}
 	for (unsigned p = 0; p < c.pcpus; p++)
 		e->cur[p] = -1;
-	err =
-	    pvhint__page_alloc(im, PVHINT_SOURCE_EMU, c.vcpus,
-			       PVHINT_VALID_STEAL | PVHINT_VALID_PREEMPTED | PVHINT_VALID_IS_IDLE);
-	if (err)
+	err = pvhint__page_alloc(im, PVHINT_SOURCE_EMU, c.vcpus,
+				 PVHINT_VALID_STEAL | PVHINT_VALID_PREEMPTED | PVHINT_VALID_IS_IDLE,
+				 c.export_path[0] ? c.export_path : NULL);
+	if (err) {
+		char why[200]; /* the message lives in the buffer pvhint__fail writes */
+		snprintf(why, sizeof(why), "%s", pvhint_errmsg());
+		pvhint__fail(err, "emu: export: %s", why);
 		goto fail_mem;
+	}
 	e->rec = pvhint__rec_w(im);
 	e->t0 = e->last_flush = now_ns();
 	e->rng = c.seed ? c.seed : 0x9E3779B97F4A7C15ull;
@@ -737,12 +796,6 @@ int pvhint__emu_open(struct pvhint_impl *im, const char *spec, const char *label
 	if (err)
 		goto fail_page;
 
-	pthread_mutex_init(&e->lock, NULL);
-	pthread_condattr_t ca;
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&e->cond, &ca);
-	pthread_condattr_destroy(&ca);
 	publish(e, e->t0);
 
 	/* The control thread takes no signals: neither ours nor the application's. */
@@ -762,8 +815,6 @@ int pvhint__emu_open(struct pvhint_impl *im, const char *spec, const char *label
 	return 0;
 
 fail_sig:
-	pthread_cond_destroy(&e->cond);
-	pthread_mutex_destroy(&e->lock);
 	lock_enter(&glock);
 	sig_put();
 	lock_leave(&glock);
@@ -784,7 +835,7 @@ void pvhint__emu_close(struct pvhint_impl *im)
 
 	lock_enter(&e->lock);
 	e->exiting = true;
-	pthread_cond_signal(&e->cond);
+	kick_ctl(e);
 	lock_leave(&e->lock);
 	if (e->ctl_started)
 		pthread_join(e->ctl, NULL);
@@ -807,8 +858,6 @@ void pvhint__emu_close(struct pvhint_impl *im)
 	sig_put();
 	lock_leave(&glock);
 
-	pthread_cond_destroy(&e->cond);
-	pthread_mutex_destroy(&e->lock);
 	free(e->busy);
 	free(e->slice_end);
 	free(e->cur);
@@ -849,7 +898,7 @@ static void thr_release(struct emu_thr *t)
 		__atomic_store_n(&t->emu, NULL, __ATOMIC_RELAXED);
 		__atomic_store_n(&t->hold, 0, __ATOMIC_SEQ_CST); /* a pending signal won't block */
 		publish(e, now_ns());
-		pthread_cond_signal(&e->cond);
+		kick_ctl(e);
 		lock_leave(&e->lock);
 	}
 	lock_leave(&glock);
@@ -924,7 +973,7 @@ int pvhint_emu_attach(pvhint_t *h, unsigned v)
 	if (e->vc[v].desched && e->c.mode != EMU_RANDOM)
 		t->hold = 1; /* joining a held vCPU: wait for its turn below */
 	publish(e, now_ns());
-	pthread_cond_signal(&e->cond);
+	kick_ctl(e);
 	lock_leave(&e->lock);
 	lock_leave(&glock);
 	wait_hold(t);
@@ -978,15 +1027,16 @@ void pvhint__emu_park(struct pvhint_impl *im)
 		 * STOPREQ: our stop signal is on its way (or the handler ran and is about to set
 		 * RUN). Let it land now, in user code, rather than in the wait the caller is about
 		 * to make, where it would cause EINTR. The control side reverts STOPREQ after
-		 * ack_timeout, so this ends.
+		 * ack_timeout, so this ends. A short sleep rather than sched_yield: any return from
+		 * the kernel delivers the signal, and TSan delivers it only in calls it intercepts.
 		 */
-		sched_yield();
+		nanosleep(&(struct timespec){0, 1000}, NULL);
 	}
 	struct emu_vcpu *vc = &e->vc[t->vcpu];
 	vc->nr_parked++;
 	if (!runnable(vc)) { /* the vCPU halts: flags change, its pCPU may go to another */
 		publish(e, now_ns());
-		pthread_cond_signal(&e->cond);
+		kick_ctl(e);
 	}
 	lock_leave(&e->lock);
 }
@@ -1006,7 +1056,7 @@ void pvhint__emu_unpark(struct pvhint_impl *im)
 		vc->nr_parked--;
 		if (vc->nr_parked + 1 == vc->nr_att) { /* the vCPU wakes from halt */
 			publish(e, now_ns());
-			pthread_cond_signal(&e->cond);
+			kick_ctl(e);
 		}
 	}
 	lock_leave(&e->lock);
@@ -1036,7 +1086,7 @@ int pvhint_emu_deschedule(pvhint_t *h, unsigned v, uint64_t ns)
 	uint64_t now = now_ns();
 	stop_vcpu(e, v, now);
 	e->vc[v].until = ns ? now + ns : 0;
-	pthread_cond_signal(&e->cond); /* timed resume, kblocked polling */
+	kick_ctl(e); /* timed resume, kblocked polling */
 	lock_leave(&e->lock);
 	return 0;
 }

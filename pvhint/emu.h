@@ -19,8 +19,9 @@ struct emu_conf {
 	uint64_t quantum, period, ack_timeout; /* ns */
 	double duty;
 	uint64_t seed;
-	int sig;     /* 0: choose a free real-time signal */
-	unsigned rt; /* try SCHED_FIFO for the control thread */
+	int sig;	       /* 0: choose a free real-time signal */
+	unsigned rt;	       /* try SCHED_FIFO for the control thread */
+	char export_path[200]; /* export=: publish the page in this file too */
 };
 
 int pvhint__emu_parse(const char *spec, const char *label, struct emu_conf *c);
@@ -69,8 +70,8 @@ struct emu_vcpu {
 
 struct pvhint_emu {
 	struct emu_conf c;
-	pthread_mutex_t lock; /* the model, the lists, the records */
-	pthread_cond_t cond;  /* wakes the control thread (CLOCK_MONOTONIC) */
+	uint32_t lock; /* emu_lock: the model, the lists, the records */
+	uint32_t kick; /* futex word: bumped (under lock) to wake the control thread */
 	pthread_t ctl;
 	bool ctl_started, exiting;
 	struct pvhint_record *rec;

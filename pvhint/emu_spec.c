@@ -85,6 +85,7 @@ int pvhint__emu_parse(const char *spec, const char *label, struct emu_conf *c)
 	c->sig = 0; /* choose */
 	c->ack_timeout = 50000000;
 	c->rt = 1;
+	c->export_path[0] = 0;
 	if (!spec)
 		goto done;
 
@@ -146,6 +147,11 @@ int pvhint__emu_parse(const char *spec, const char *label, struct emu_conf *c)
 		} else if (!strcmp(kv, "signal")) {
 			if (parse_signal(val, &c->sig))
 				want = "a real-time signal: rtmin+K, rtmax-K or its number";
+		} else if (!strcmp(kv, "export")) {
+			if (val[0] != '/' || strlen(val) >= sizeof(c->export_path))
+				want = "an absolute file path (e.g. /dev/shm/pvrt-emu)";
+			else
+				strcpy(c->export_path, val);
 		} else if (!strcmp(kv, "rt")) {
 			if (parse_uint(val, 0, 1, &c->rt))
 				want = "0 or 1";

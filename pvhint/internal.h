@@ -22,14 +22,17 @@ struct pvhint_impl {
 	const struct pvhint_header *hdr; /* == map */
 	struct pvhint_emu *emu;		 /* source emu only */
 	char note[256];			 /* why auto chose what it chose */
+	char export_path[256];		 /* emu export=: the page's file, removed at close */
 };
 
 /* Set the calling thread's error message (a static string or a thread-local buffer); returns err.
  */
 int pvhint__fail(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-/* Allocate an anonymous page laid out like the kernel's (header + nr zeroed records). */
-int pvhint__page_alloc(struct pvhint_impl *im, unsigned source, uint32_t nr, uint32_t valid);
+/* Allocate a page laid out like the kernel's (header + nr zeroed records): anonymous, or a shared
+ * file at export_path (removed by pvhint__page_free) that other processes can map read-only. */
+int pvhint__page_alloc(struct pvhint_impl *im, unsigned source, uint32_t nr, uint32_t valid,
+		       const char *export_path);
 void pvhint__page_free(struct pvhint_impl *im);
 /* Writable view of the records of a page this process owns (none, emu). */
 static inline struct pvhint_record *pvhint__rec_w(struct pvhint_impl *im)

@@ -7,6 +7,7 @@
 #include "internal.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdarg.h>
@@ -57,23 +58,52 @@ uint32_t pvhint__affinity_cpus(void)
 	return pvhint__possible_cpus();
 }
 
-int pvhint__page_alloc(struct pvhint_impl *im, unsigned source, uint32_t nr, uint32_t valid)
+int pvhint__page_alloc(struct pvhint_impl *im, unsigned source, uint32_t nr, uint32_t valid,
+		       const char *export_path)
 {
 	size_t pg = (size_t)sysconf(_SC_PAGESIZE);
 	size_t len = PVHINT_HEADER_SIZE + (((size_t)nr * PVHINT_RECORD_SIZE + pg - 1) & ~(pg - 1));
-	void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	void *p;
 
-	if (p == MAP_FAILED)
-		return pvhint__fail(-errno, "cannot map a hint page of %zu bytes: %s", len,
-				    strerror(errno));
+	if (export_path) {
+		/*
+		 * A file laid out like the kernel's page, so that other processes can read these
+		 * hints with the kvm source (PVRT_HINT_DEV=path). Written only by this process;
+		 * removed at close.
+		 */
+		int fd = open(export_path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+		if (fd < 0)
+			return pvhint__fail(-errno, "cannot create %s: %s", export_path,
+					    strerror(errno));
+		if (ftruncate(fd, (off_t)len)) {
+			int e = errno;
+			close(fd);
+			unlink(export_path);
+			return pvhint__fail(-e, "cannot size %s: %s", export_path, strerror(e));
+		}
+		p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+		close(fd);
+		if (p == MAP_FAILED) {
+			int e = errno;
+			unlink(export_path);
+			return pvhint__fail(-e, "cannot map %s: %s", export_path, strerror(e));
+		}
+		snprintf(im->export_path, sizeof(im->export_path), "%s", export_path);
+	} else {
+		p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		if (p == MAP_FAILED)
+			return pvhint__fail(-errno, "cannot map a hint page of %zu bytes: %s", len,
+					    strerror(errno));
+	}
 	struct pvhint_header *hdr = p;
-	hdr->magic = PVHINT_MAGIC;
 	hdr->abi_version = PVHINT_ABI_VERSION;
 	hdr->source = (uint16_t)source;
 	hdr->header_size = PVHINT_HEADER_SIZE;
 	hdr->record_stride = PVHINT_RECORD_SIZE;
 	hdr->nr_records = nr;
 	hdr->valid = valid;
+	/* release: a reader of an exported page that sees the magic sees the header */
+	__atomic_store_n(&hdr->magic, PVHINT_MAGIC, __ATOMIC_RELEASE);
 	im->map = p;
 	im->map_len = len;
 	im->hdr = hdr;
@@ -86,6 +116,9 @@ void pvhint__page_free(struct pvhint_impl *im)
 	if (im->map)
 		munmap(im->map, im->map_len);
 	im->map = NULL;
+	if (im->export_path[0])
+		unlink(im->export_path);
+	im->export_path[0] = 0;
 }
 
 static const char *const accepted = "auto, kvm, emu, none";

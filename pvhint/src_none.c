@@ -9,5 +9,5 @@
 int pvhint__none_open(struct pvhint_impl *im)
 {
 	/* valid = 0: no field is maintained, readers know the zeros mean "no information". */
-	return pvhint__page_alloc(im, PVHINT_SOURCE_NONE, pvhint__possible_cpus(), 0);
+	return pvhint__page_alloc(im, PVHINT_SOURCE_NONE, pvhint__possible_cpus(), 0, NULL);
 }

@@ -94,7 +94,8 @@ void pvrt_lock_slow(struct pvrt_lock *l)
 		pvrt_cpu_relax();
 		uint32_t z = 0;
 		if (__atomic_load_n(&l->v, __ATOMIC_RELAXED) == 0 &&
-		    __atomic_compare_exchange_n(&l->v, &z, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+		    __atomic_compare_exchange_n(&l->v, &z, 1, 0, __ATOMIC_ACQUIRE,
+						__ATOMIC_RELAXED))
 			return;
 	}
 	/* Mark contended (2) and sleep until the holder's release wakes us. */

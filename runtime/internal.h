@@ -46,7 +46,7 @@
  * (leaks, races), whereas jemalloc's uninstrumented recycling would make TSan report races on
  * reused memory and hide leaks from LeakSanitizer.
  */
-void *pvrt_alloc(size_t size);	   /* zeroed, cache-line aligned */
+void *pvrt_alloc(size_t size); /* zeroed, cache-line aligned */
 void pvrt_free(void *p, size_t size);
 
 /* ---- contexts ---- */
@@ -56,12 +56,12 @@ struct pvrt_ctxrec {
 };
 
 enum pvrt_ult_state {
-	ULT_FREE = 0,	/* in a descriptor pool */
-	ULT_RUNNING,	/* running, or claimed by a worker about to run it */
-	ULT_READY,	/* in some worker's ring: whoever CASes READY->RUNNING runs it */
-	ULT_READY_INJ,	/* in an injection queue: only its dequeuer runs it */
-	ULT_BLOCKED,	/* waiting; only its waker makes it ready */
-	ULT_DONE,	/* exited */
+	ULT_FREE = 0,  /* in a descriptor pool */
+	ULT_RUNNING,   /* running, or claimed by a worker about to run it */
+	ULT_READY,     /* in some worker's ring: whoever CASes READY->RUNNING runs it */
+	ULT_READY_INJ, /* in an injection queue: only its dequeuer runs it */
+	ULT_BLOCKED,   /* waiting; only its waker makes it ready */
+	ULT_DONE,      /* exited */
 };
 
 #define ULT_F_PRIMARY  1u
@@ -74,15 +74,15 @@ struct pvrt_ult {
 	struct pvrt_ctxrec ctx;
 	uint32_t state; /* enum pvrt_ult_state; atomic */
 	uint32_t flags;
-	int bound;	/* worker it must run on, or -1 */
-	int last;	/* worker it last ran on, or -1 */
+	int bound; /* worker it must run on, or -1 */
+	int last;  /* worker it last ran on, or -1 */
 	uint64_t id;
 	void *(*fn)(void *);
 	void *arg;
 	void *ret;
-	uint32_t join;	/* futex word: 0 running, 1 exited, 2 running and someone waits */
-	uint32_t refs;	/* handle + the ULT itself; the last one returns the descriptor */
-	void *stack;	/* mapping (guard page at its bottom), NULL for the primary */
+	uint32_t join; /* futex word: 0 running, 1 exited, 2 running and someone waits */
+	uint32_t refs; /* handle + the ULT itself; the last one returns the descriptor */
+	void *stack;   /* mapping (guard page at its bottom), NULL for the primary */
 	size_t stack_len;
 	unsigned vg_id;
 	struct pvrt_keyvals *keys;
@@ -90,7 +90,7 @@ struct pvrt_ult {
 #if PVRT_INJECT_WFCQ
 	struct cds_wfcq_node qnode;
 #endif
-	struct pvrt_ult *qnext;	    /* injection list (TSan builds), pool free list */
+	struct pvrt_ult *qnext;	     /* injection list (TSan builds), pool free list */
 	struct pvrt_ult *chunk_next; /* unused; keeps descriptors of a chunk walkable */
 } PVRT_ALIGNED;
 
@@ -123,10 +123,10 @@ struct pvrt_inject {
 
 /* ---- timers ---- */
 struct pvrt_timer {
-	uint64_t deadline;	  /* CLOCK_MONOTONIC ns */
-	unsigned pos;		  /* 1-based heap index; 0: not queued */
-	uint32_t fired;		  /* set under the heap lock when it expired */
-	struct pvrt_worker *w;	  /* whose heap */
+	uint64_t deadline;		  /* CLOCK_MONOTONIC ns */
+	unsigned pos;			  /* 1-based heap index; 0: not queued */
+	uint32_t fired;			  /* set under the heap lock when it expired */
+	struct pvrt_worker *w;		  /* whose heap */
 	void (*fn)(struct pvrt_timer *t); /* called under the heap lock, on the heap's worker */
 };
 
@@ -135,14 +135,14 @@ struct pvrt_timer {
 
 struct pvrt_worker {
 	/* Owner-only hot state. */
-	struct pvrt_ult *cur;		/* running ULT, NULL in the scheduler context */
+	struct pvrt_ult *cur; /* running ULT, NULL in the scheduler context */
 	void (*post_fn)(struct pvrt_worker *w, void *arg); /* run by the next context, see ult.c */
 	void *post_arg;
-	struct pvrt_ctxrec sched;	/* the scheduler context */
+	struct pvrt_ctxrec sched; /* the scheduler context */
 	unsigned idx;
-	unsigned tick;			/* scheduling decisions, to poll timers now and then */
+	unsigned tick; /* scheduling decisions, to poll timers now and then */
 	uint64_t rng[2];
-	struct pvrt_ult *pool;		/* free descriptors */
+	struct pvrt_ult *pool; /* free descriptors */
 	unsigned npool;
 	void *stacks[PVRT_STACK_CACHE]; /* default-size stacks */
 	unsigned vg_ids[PVRT_STACK_CACHE];
@@ -204,10 +204,10 @@ struct pvrt_rt {
 extern struct pvrt_rt pvrt_rt PVRT_HIDDEN;
 
 /* Owner-only counters read racily by pvrt_stats_get: relaxed atomics, no read-modify-write. */
-#define PVRT_STAT_INC(w, f) \
+#define PVRT_STAT_INC(w, f)                                                                        \
 	__atomic_store_n(&(w)->f, __atomic_load_n(&(w)->f, __ATOMIC_RELAXED) + 1, __ATOMIC_RELAXED)
-extern __thread struct pvrt_worker *pvrt_tls_worker
-	__attribute__((tls_model("initial-exec"))) PVRT_HIDDEN;
+extern __thread struct pvrt_worker *pvrt_tls_worker __attribute__((tls_model("initial-exec")))
+PVRT_HIDDEN;
 
 /*
  * The worker of the calling kernel thread, read again from TLS. Code that switches contexts must

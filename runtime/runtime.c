@@ -140,8 +140,8 @@ static int configure(const struct pvrt_config *c, struct settings *s)
 	const char *cpus = env_or(c->cpus, "PVRT_CPUS");
 	if (cpus) {
 		if (parse_cpus(cpus, &want))
-			return failf(-EINVAL, "PVRT_CPUS: bad CPU list '%s' (e.g. \"0-3,6\")%s", cpus,
-				     "");
+			return failf(-EINVAL, "PVRT_CPUS: bad CPU list '%s' (e.g. \"0-3,6\")%s",
+				     cpus, "");
 		for (int i = 0; i < CPU_SETSIZE; i++)
 			if (CPU_ISSET(i, &want) && !CPU_ISSET(i, &mask))
 				return failf(-EINVAL,
@@ -163,7 +163,8 @@ static int configure(const struct pvrt_config *c, struct settings *s)
 	if (!s->nw && (e = env_or(NULL, "PVRT_WORKERS"))) {
 		uint64_t v;
 		if (parse_u64(e, &v, false) || v < 1 || v > PVRT_MAX_WORKERS)
-			return failf(-EINVAL, "PVRT_WORKERS: '%s' is not a number in 1..%s", e, "256");
+			return failf(-EINVAL, "PVRT_WORKERS: '%s' is not a number in 1..%s", e,
+				     "256");
 		s->nw = (unsigned)v;
 	}
 	if (!s->nw)
@@ -173,10 +174,9 @@ static int configure(const struct pvrt_config *c, struct settings *s)
 
 	size_t ps = pvrt_page_size();
 	uint64_t st = c->stack_size;
-	if (!st && (e = env_or(NULL, "PVRT_STACK_SIZE")) &&
-	    (parse_u64(e, &st, true) || !st))
-		return failf(-EINVAL, "PVRT_STACK_SIZE: '%s' is not a size (bytes, or with k/m)%s", e,
-			     "");
+	if (!st && (e = env_or(NULL, "PVRT_STACK_SIZE")) && (parse_u64(e, &st, true) || !st))
+		return failf(-EINVAL, "PVRT_STACK_SIZE: '%s' is not a size (bytes, or with k/m)%s",
+			     e, "");
 	if (!st)
 		st = 64 * 1024;
 	if (st < PVRT_STACK_MIN || st > PVRT_STACK_MAX)
@@ -225,8 +225,8 @@ static int configure(const struct pvrt_config *c, struct settings *s)
 		s->slack = 50000;
 		if ((e = env_or(NULL, "PVRT_TIMER_SLACK_NS")) &&
 		    (parse_u64(e, &s->slack, false) || s->slack > 1000000000))
-			return failf(-EINVAL, "PVRT_TIMER_SLACK_NS: '%s' is not a number of ns%s", e,
-				     "");
+			return failf(-EINVAL, "PVRT_TIMER_SLACK_NS: '%s' is not a number of ns%s",
+				     e, "");
 	}
 	return 0;
 }
@@ -295,8 +295,8 @@ static void altstack_on(struct pvrt_worker *w, stack_t *old)
 {
 	if (!pvrt_rt.segv_installed)
 		return;
-	w->altstack = mmap(NULL, ALTSTACK, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-			   -1, 0);
+	w->altstack =
+	    mmap(NULL, ALTSTACK, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (w->altstack == MAP_FAILED) {
 		w->altstack = NULL;
 		return;
@@ -371,16 +371,16 @@ static void idle(struct pvrt_worker *w)
 
 	/*
 	 * Park. Announce it (park_word = 1, nparked + 1), then look for work once more. A thread
-	 * that queues work for us queues it, fences, then reads park_word (ult.c, inject_to): with
-	 * seq_cst fences on both sides at least one of us sees the other, so either we find the
-	 * work here or it finds park_word == 1 and wakes us. Work queued on other workers' rings is
-	 * covered the same way through nparked (notify_idle), and stop through pvrt_finalize.
+	 * that queues work for us raises our inj.n, then reads park_word (ult.c, inject_to); we
+	 * set park_word, then read inj.n. All with seq_cst operations, so at least one of us sees
+	 * the other: either we find the work here or it finds park_word == 1 and wakes us. stop is
+	 * handled the same way by stop_workers. Work queued on other workers' rings only needs a
+	 * best-effort wake-up (their owners run it anyway): nparked, read racily by notify_idle.
 	 */
-	__atomic_store_n(&w->park_word, 1, __ATOMIC_RELAXED);
+	__atomic_exchange_n(&w->park_word, 1, __ATOMIC_SEQ_CST);
 	__atomic_fetch_add(&pvrt_rt.nparked, 1, __ATOMIC_RELAXED);
-	__atomic_thread_fence(__ATOMIC_SEQ_CST);
 	uint64_t dl = __atomic_load_n(&w->armed, __ATOMIC_RELAXED);
-	if (!pvrt_has_work(w) && !__atomic_load_n(&pvrt_rt.stop, __ATOMIC_RELAXED) &&
+	if (!pvrt_has_work(w) && !__atomic_load_n(&pvrt_rt.stop, __ATOMIC_SEQ_CST) &&
 	    dl > pvrt_now_ns()) {
 		PVRT_STAT_INC(w, st_parks);
 		pvhint_thread_park(pvrt_rt.hint);
@@ -502,6 +502,8 @@ static void stop_workers(unsigned started)
 static void teardown_primary(void)
 {
 	struct pvrt_worker *w0 = pvrt_rt.w[0];
+	/* The primary's TSan fiber is the thread's own: not ours to destroy. */
+	pvrt_rt.primary->ctx.san.tsan_fiber = NULL;
 	if (pvrt_rt.emu)
 		pvhint_emu_detach(pvrt_rt.hint);
 	if (pvrt_rt.segv_installed) {
@@ -509,8 +511,7 @@ static void teardown_primary(void)
 		sigaction(SIGSEGV, &pvrt_rt.old_segv, NULL);
 		pvrt_rt.segv_installed = 0;
 	}
-	pthread_setaffinity_np(pthread_self(), sizeof(pvrt_rt.old_affinity),
-			       &pvrt_rt.old_affinity);
+	pthread_setaffinity_np(pthread_self(), sizeof(pvrt_rt.old_affinity), &pvrt_rt.old_affinity);
 	pvrt_san_fiber_destroy(&w0->sched.san);
 	if (sched0_stack)
 		pvrt_stack_free(sched0_stack, SCHED_STACK, sched0_vg);

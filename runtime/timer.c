@@ -95,7 +95,8 @@ void pvrt_timer_add(struct pvrt_worker *w, struct pvrt_timer *t)
 		unsigned cap = w->capheap ? 2 * w->capheap : 64;
 		struct pvrt_timer **h = pvrt_alloc(cap * sizeof(*h));
 		if (!h) {
-			/* Cannot queue: fire at once (callers treat it as a spurious early wake-up). */
+			/* Cannot queue: fire at once (callers treat it as a spurious early
+			 * wake-up). */
 			pvrt_lock_release(&w->tlock);
 			t->deadline = 0;
 			return;

@@ -218,19 +218,41 @@ void pvrt_stack_cache_fini(struct pvrt_worker *w)
 	}
 }
 
+/*
+ * A ULT's binding: written by the ULT itself (set_worker) or its creator, read by whoever places
+ * it, possibly concurrently (yield_to): relaxed atomics, a stale value only misplaces it once.
+ */
+static inline int ult_bound(const struct pvrt_ult *u)
+{
+	return __atomic_load_n(&u->bound, __ATOMIC_RELAXED);
+}
+
+/* Does u have to run on a worker other than w? */
+static inline bool bound_elsewhere(const struct pvrt_ult *u, const struct pvrt_worker *w)
+{
+	int b = ult_bound(u);
+	return b >= 0 && (unsigned)b != w->idx;
+}
+
 /* ---------------------------------------------------------------- queues */
 
-static bool ring_push(struct pvrt_ring *r, struct pvrt_ult *u)
+/* Is there room for one more entry? Owner only; stays true until the owner pushes, since
+ * consumers only ever move head forward. */
+static bool ring_room(struct pvrt_ring *r)
 {
-	uint64_t t = r->tail; /* only the owner writes tail */
 	/* Acquire: a consumer read the slot we may reuse before its CAS moved head past it. */
 	uint64_t h = __atomic_load_n(&r->head, __ATOMIC_ACQUIRE);
-	if (t - h >= PVRT_RING_SIZE)
-		return false;
+	return r->tail - h < PVRT_RING_SIZE; /* only the owner writes tail */
+}
+
+/* Append u (owner only, after ring_room()). */
+static void ring_put(struct pvrt_ring *r, struct pvrt_ult *u)
+{
+	uint64_t t = r->tail;
 	__atomic_store_n(&r->buf[t & (PVRT_RING_SIZE - 1)], u, __ATOMIC_RELAXED);
-	/* Release: publishes the slot (and the ULT's READY state and saved context) to consumers. */
+	/* Release: publishes the slot (and the ULT's READY state and saved context) to consumers.
+	 */
 	__atomic_store_n(&r->tail, t + 1, __ATOMIC_RELEASE);
-	return true;
 }
 
 static inline bool ring_nonempty(const struct pvrt_ring *r)
@@ -244,11 +266,12 @@ static struct pvrt_ult *ring_pop(struct pvrt_ring *r)
 {
 	uint64_t h = __atomic_load_n(&r->head, __ATOMIC_RELAXED);
 	for (;;) {
-		/* Acquire pairs with ring_push's release of tail: the slot is written. */
+		/* Acquire pairs with ring_put's release of tail: the slot is written. */
 		uint64_t t = __atomic_load_n(&r->tail, __ATOMIC_ACQUIRE);
 		if ((int64_t)(t - h) <= 0)
 			return NULL;
-		struct pvrt_ult *u = __atomic_load_n(&r->buf[h & (PVRT_RING_SIZE - 1)], __ATOMIC_RELAXED);
+		struct pvrt_ult *u =
+		    __atomic_load_n(&r->buf[h & (PVRT_RING_SIZE - 1)], __ATOMIC_RELAXED);
 		/*
 		 * The slot can only be overwritten after head moved past h, which makes this CAS
 		 * fail; so a successful CAS means u was the entry at h. Acq_rel: acquire orders
@@ -299,7 +322,7 @@ static void inject_push(struct pvrt_worker *t, struct pvrt_ult *u)
 	t->inj.last = u;
 	pvrt_lock_release(&t->inj.lock);
 #endif
-	/* Seq_cst: with the fence in the caller, ordered before reading the target's park word. */
+	/* Seq_cst: ordered before our read of the target's park word (see inject_to). */
 	__atomic_fetch_add(&t->inj.n, 1, __ATOMIC_SEQ_CST);
 }
 
@@ -392,12 +415,14 @@ void pvrt_wake_worker(unsigned i)
 {
 	struct pvrt_worker *t = pvrt_rt.w[i];
 	uint32_t one = 1;
-	if (__atomic_load_n(&t->park_word, __ATOMIC_RELAXED) == 1 &&
+	/* Seq_cst: the second half of the handshakes in inject_to and stop_workers. */
+	if (__atomic_load_n(&t->park_word, __ATOMIC_SEQ_CST) == 1 &&
 	    __atomic_compare_exchange_n(&t->park_word, &one, 0, 0, __ATOMIC_ACQ_REL,
 					__ATOMIC_RELAXED)) {
 		__atomic_fetch_sub(&pvrt_rt.nparked, 1, __ATOMIC_RELAXED);
 		__atomic_fetch_add(&t->st_unparks, 1, __ATOMIC_RELAXED);
-		syscall(SYS_futex, &t->park_word, FUTEX_WAKE | FUTEX_PRIVATE_FLAG, 1, NULL, NULL, 0);
+		syscall(SYS_futex, &t->park_word, FUTEX_WAKE | FUTEX_PRIVATE_FLAG, 1, NULL, NULL,
+			0);
 	}
 }
 
@@ -422,12 +447,13 @@ static void inject_to(struct pvrt_worker *from, unsigned target, struct pvrt_ult
 	struct pvrt_worker *t = pvrt_rt.w[target];
 	inject_push(t, u);
 	/*
-	 * No lost wake-up with a worker going idle (see idle() in runtime.c): it stores park_word=1,
-	 * fences, then looks at its queues; we enqueued, fence, then look at park_word. With both
-	 * fences seq_cst, at least one side sees the other's write.
+	 * No lost wake-up with a worker going idle (see idle() in runtime.c): it sets park_word=1
+	 * with a seq_cst exchange, then reads its queue count inj.n (seq_cst); we raised inj.n with
+	 * a seq_cst RMW (inject_push), then read park_word (seq_cst). All four are in the single
+	 * seq_cst order, so at least one side sees the other's write: it finds the work, or we find
+	 * it parked and wake it. (Seq_cst operations rather than fences: TSan understands them.)
 	 */
-	__atomic_thread_fence(__ATOMIC_SEQ_CST);
-	if (__atomic_load_n(&t->park_word, __ATOMIC_RELAXED)) {
+	if (__atomic_load_n(&t->park_word, __ATOMIC_SEQ_CST)) {
 		pvrt_wake_worker(target);
 	} else if (pvhint_vcpu_preempted(pvrt_rt.hint, t->vcpu)) {
 		/* The target runs but its vCPU is held by the host: let a parked worker take it. */
@@ -441,16 +467,22 @@ static void inject_to(struct pvrt_worker *from, unsigned target, struct pvrt_ult
 /* Queue a claimed or blocked ULT on w (the caller's worker) or where it is bound. */
 static void requeue(struct pvrt_worker *w, struct pvrt_ult *u)
 {
-	if (u->bound >= 0 && (unsigned)u->bound != w->idx) {
-		inject_to(w, (unsigned)u->bound, u);
+	int b = ult_bound(u);
+	if (b >= 0 && (unsigned)b != w->idx) {
+		inject_to(w, (unsigned)b, u);
+		return;
+	}
+	/*
+	 * Decide on the ring before publishing READY: a stale ring entry elsewhere may claim u the
+	 * moment it is READY, so a READY ULT must not then also go into an injection queue.
+	 */
+	if (!ring_room(&w->ring)) {
+		inject_push(w, u);
 		return;
 	}
 	/* Release: whoever claims it sees its saved context. */
 	__atomic_store_n(&u->state, ULT_READY, __ATOMIC_RELEASE);
-	if (!ring_push(&w->ring, u)) {
-		inject_push(w, u);
-		return;
-	}
+	ring_put(&w->ring, u);
 	notify_idle(w);
 }
 
@@ -458,8 +490,9 @@ void pvrt_ult_ready(struct pvrt_ult *u)
 {
 	struct pvrt_worker *w = pvrt_tls_worker;
 	unsigned target;
-	if (u->bound >= 0) {
-		target = (unsigned)u->bound;
+	int b = ult_bound(u);
+	if (b >= 0) {
+		target = (unsigned)b;
 	} else {
 		struct pvrt_sched_caller c = caller_of(w);
 		target = pvrt_rt.pol->wake_target(&pvrt_rt.view, &c, u->last);
@@ -475,7 +508,7 @@ void pvrt_ult_ready(struct pvrt_ult *u)
 /* A claimed ULT found in the wrong place (bound elsewhere): send it home. */
 static void reroute(struct pvrt_worker *w, struct pvrt_ult *u)
 {
-	inject_to(w, (unsigned)u->bound, u);
+	inject_to(w, (unsigned)ult_bound(u), u);
 }
 
 struct pvrt_ult *pvrt_local_next(struct pvrt_worker *w)
@@ -486,7 +519,7 @@ struct pvrt_ult *pvrt_local_next(struct pvrt_worker *w)
 			u = inject_pop(w, false);
 		if (!u)
 			return NULL;
-		if (unlikely(u->bound >= 0 && (unsigned)u->bound != w->idx)) {
+		if (unlikely(bound_elsewhere(u, w))) {
 			reroute(w, u);
 			continue;
 		}
@@ -509,7 +542,7 @@ struct pvrt_ult *pvrt_steal(struct pvrt_worker *w)
 			u = inject_pop(x, true);
 		if (!u)
 			continue;
-		if (u->bound >= 0 && (unsigned)u->bound != w->idx) {
+		if (bound_elsewhere(u, w)) {
 			reroute(w, u);
 			continue;
 		}
@@ -520,7 +553,8 @@ struct pvrt_ult *pvrt_steal(struct pvrt_worker *w)
 
 bool pvrt_has_work(struct pvrt_worker *w)
 {
-	if (ring_nonempty(&w->ring) || __atomic_load_n(&w->inj.n, __ATOMIC_RELAXED))
+	/* Seq_cst load of inj.n: the parking side of the handshake in inject_to. */
+	if (ring_nonempty(&w->ring) || __atomic_load_n(&w->inj.n, __ATOMIC_SEQ_CST))
 		return true;
 	for (unsigned i = 0; i < pvrt_rt.nw; i++)
 		if (i != w->idx && ring_nonempty(&pvrt_rt.w[i]->ring))
@@ -607,7 +641,7 @@ bool pvrt_ult_try_yield_to(struct pvrt_ult *u)
 {
 	struct pvrt_worker *w = pvrt_tls_worker;
 	struct pvrt_ult *self = w ? w->cur : NULL;
-	if (!self || !u || u == self || (u->bound >= 0 && (unsigned)u->bound != w->idx))
+	if (!self || !u || u == self || bound_elsewhere(u, w))
 		return false;
 	uint32_t s = ULT_READY;
 	/* Acquire: pairs with the release that made it READY (its context is saved). */
@@ -714,7 +748,8 @@ int pvrt_thread_create(pvrt_thread_t *out, const pvrt_thread_attr_t *attr, void 
 	if (attr) {
 		if (attr->stack_size) {
 			if (attr->stack_size < PVRT_STACK_MIN || attr->stack_size > PVRT_STACK_MAX)
-				return pvrt_fail(-EINVAL, "pvrt_thread_create: stack size out of range");
+				return pvrt_fail(-EINVAL,
+						 "pvrt_thread_create: stack size out of range");
 			size_t ps = pvrt_page_size();
 			len = (attr->stack_size + ps - 1) / ps * ps + ps;
 		}
@@ -745,12 +780,13 @@ int pvrt_thread_create(pvrt_thread_t *out, const pvrt_thread_attr_t *attr, void 
 	}
 	u->stack_len = len;
 	u->flags = detached ? ULT_F_DETACHED : 0;
-	u->bound = bound;
+	__atomic_store_n(&u->bound, bound, __ATOMIC_RELAXED);
 	u->last = -1;
 	if (w)
 		u->id = (++w->nid << 12) | w->idx;
 	else
-		u->id = (__atomic_add_fetch(&pvrt_rt.foreign_ids, 1, __ATOMIC_RELAXED) << 12) | 0xfff;
+		u->id =
+		    (__atomic_add_fetch(&pvrt_rt.foreign_ids, 1, __ATOMIC_RELAXED) << 12) | 0xfff;
 	u->fn = fn;
 	u->arg = arg;
 	u->ret = NULL;
@@ -792,8 +828,8 @@ int pvrt_thread_join(pvrt_thread_t t, void **ret)
 		if (j == 1)
 			break;
 		/* Announce a waiter so that the exit calls wake; the futex re-checks the value. */
-		if (j == 0 &&
-		    !__atomic_compare_exchange_n(&t->join, &j, 2, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+		if (j == 0 && !__atomic_compare_exchange_n(&t->join, &j, 2, 0, __ATOMIC_RELAXED,
+							   __ATOMIC_RELAXED))
 			continue;
 		pvrt_futex_wait(&t->join, 2, CLOCK_MONOTONIC, NULL);
 	}
@@ -861,14 +897,15 @@ int pvrt_thread_set_worker(int wi)
 	if (!self)
 		return pvrt_fail(-EPERM, "pvrt_thread_set_worker: not called from a ULT");
 	if (self->flags & ULT_F_PRIMARY)
-		return pvrt_fail(-EPERM, "pvrt_thread_set_worker: the primary ULT stays on worker 0");
+		return pvrt_fail(-EPERM,
+				 "pvrt_thread_set_worker: the primary ULT stays on worker 0");
 	if (wi == -1) {
-		self->bound = -1;
+		__atomic_store_n(&self->bound, -1, __ATOMIC_RELAXED);
 		return 0;
 	}
 	if (wi < 0 || wi >= (int)pvrt_rt.nw)
 		return pvrt_fail(-EINVAL, "pvrt_thread_set_worker: no such worker");
-	self->bound = wi;
+	__atomic_store_n(&self->bound, wi, __ATOMIC_RELAXED);
 	if ((unsigned)wi == pvrt_tls_worker->idx)
 		return 0;
 	/* Off this worker: suspend, and let the next context queue us on the bound worker. */

@@ -26,10 +26,10 @@ struct pvrt_sched_view {
 	unsigned nworkers;
 	pvhint_t *hint;
 	/* Per worker, indexed 0..nworkers-1. */
-	unsigned (*vcpu)(const struct pvrt_sched_view *v, unsigned w);	  /* its vCPU (for hints) */
-	bool (*parked)(const struct pvrt_sched_view *v, unsigned w);	  /* parked on its futex */
+	unsigned (*vcpu)(const struct pvrt_sched_view *v, unsigned w);	 /* its vCPU (for hints) */
+	bool (*parked)(const struct pvrt_sched_view *v, unsigned w);	 /* parked on its futex */
 	unsigned (*queued)(const struct pvrt_sched_view *v, unsigned w); /* ready ULTs (estimate) */
-	void *rt; /* runtime-private */
+	void *rt;							 /* runtime-private */
 };
 
 /* Who is asking: the worker running the caller (-1 for a foreign thread) and its random state. */

@@ -45,10 +45,10 @@ static int random_wake_idle(const struct pvrt_sched_view *v, const struct pvrt_s
 }
 
 static const struct pvrt_sched_policy random_policy = {
-	.name = "random",
-	.wake_target = random_wake_target,
-	.steal_victim = random_steal_victim,
-	.wake_idle = random_wake_idle,
+    .name = "random",
+    .wake_target = random_wake_target,
+    .steal_victim = random_steal_victim,
+    .wake_idle = random_wake_idle,
 };
 
 static const struct pvrt_sched_policy *const policies[] = {&random_policy};

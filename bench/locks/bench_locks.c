@@ -8,7 +8,7 @@
  * the CPUs available. Counters: ops_per_s (acquisitions per second, all threads) and fairness
  * (min/max per-thread acquisitions). Use --benchmark_repetitions=N for medians;
  * bench/locks/overcommit.sh runs it undercommitted and at 1.5x/2x/3x emulated overcommit and
- * prints the ratios.
+ * prints the ratios. PVRT_BENCH_STATS=1 prints the pvrt mutex statistics at the end.
  */
 #include "lockwork.h"
 
@@ -74,5 +74,18 @@ int main(int argc, char **argv)
 			pvrt_bench_manual_time(b);
 			pvrt_bench_unit_us(b);
 		}
-	return pvrt_bench_main(argc, argv);
+	bool stats = getenv("PVRT_BENCH_STATS") != NULL;
+	pvrt_locks_stats_enable(stats);
+	int r = pvrt_bench_main(argc, argv);
+	if (stats) {
+		struct pvrt_lock_stats s;
+		pvrt_locks_stats_get(PVRT_LOCK_MUTEX, &s);
+		fprintf(stderr,
+			"pvrt mutex: acquisitions %llu contended %llu spin-cut %llu parks %llu "
+			"hand-offs %llu\n",
+			(unsigned long long)s.acquisitions, (unsigned long long)s.contended,
+			(unsigned long long)s.spin_cut, (unsigned long long)s.parks,
+			(unsigned long long)s.handoffs);
+	}
+	return r;
 }

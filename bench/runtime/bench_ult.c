@@ -242,8 +242,8 @@ static double cpu_seconds(void)
 {
 	struct rusage ru;
 	getrusage(RUSAGE_SELF, &ru);
-	return (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec * 1e-6 + (double)ru.ru_stime.tv_sec +
-	       ru.ru_stime.tv_usec * 1e-6;
+	return (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec * 1e-6 +
+	       (double)ru.ru_stime.tv_sec + ru.ru_stime.tv_usec * 1e-6;
 }
 
 static void BM_idle_cpu(pvrt_bench_state *st)

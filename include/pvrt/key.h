@@ -16,7 +16,7 @@ PVRT_BEGIN_DECLS
 
 typedef uint32_t pvrt_key_t;
 
-#define PVRT_KEYS_MAX			256
+#define PVRT_KEYS_MAX		       256
 #define PVRT_KEY_DESTRUCTOR_ITERATIONS 4
 
 /* -EAGAIN when PVRT_KEYS_MAX keys exist. */

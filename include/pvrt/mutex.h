@@ -40,7 +40,8 @@ typedef struct pvrt_mutex {
 	uint32_t owner_vcpu;   /* owner's vCPU + 1, published at acquisition; 0: unknown */
 	int32_t kind;	       /* type, at the offset of glibc's __kind */
 	uint32_t handoff;      /* hand-off futex: target's tid, PVRT_MUTEX_GRANTED or 0 */
-	uint32_t spinner;      /* 1 while a waiter spins on 'word' (only one at a time) */
+	uint32_t spinner;      /* bit 0 while a waiter spins on 'word' (one at a time); bits 16-31:
+				* spin-time estimate without hints (locks/mutex.c) */
 	uint32_t handoff_vcpu; /* hand-off target's vCPU + 1 */
 	void *owner_ult;       /* the owner ULT when it is one (runtime), else NULL */
 } pvrt_mutex_t;

@@ -121,7 +121,11 @@ static inline int pvhint_self_vcpu(void)
 /* ---- telling the source what threads do (no-ops unless the source needs it) ---- */
 
 /* The calling thread is about to block (park) / has woken. The emulator treats a vCPU all of
- * whose attached threads are parked as halted: not preempted, and its pCPU may be idle. */
+ * whose attached threads are parked as halted: not preempted, and its pCPU may be idle. A wait
+ * bracketed by these two is never interrupted by the emulator's stop signal (no EINTR, even for
+ * a timed futex wait), and unpark() returns only once the thread's vCPU runs. The runtime's
+ * kernel waits (pvrt_futex_wait) should be bracketed this way. Cheap no-ops for other sources
+ * and for threads not attached to h. Must be paired on the same thread. */
 PVRT_API void pvhint_thread_park(pvhint_t *h);
 PVRT_API void pvhint_thread_unpark(pvhint_t *h);
 
@@ -143,6 +147,9 @@ PVRT_API void pvhint_thread_unpark(pvhint_t *h);
  *                 with no handler); a signal that already has a handler is -EBUSY
  *   ack_timeout=50ms  how long a stop waits for a thread's acknowledgement
  *   rt=1          run the control thread SCHED_FIFO when permitted (0: never)
+ *   export=PATH   also publish the page in the file PATH (e.g. /dev/shm/pvrt-emu), removed at
+ *                 close: other processes read the emulated hints with the kvm source
+ *                 (PVRT_HINTS=kvm PVRT_HINT_DEV=PATH), e.g. pvhint-top
  * A bad key or value is -EINVAL with pvhint_errmsg() naming it.
  *
  * A descheduled vCPU's attached threads are really stopped (a signal whose handler blocks until

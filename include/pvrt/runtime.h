@@ -32,16 +32,16 @@ PVRT_BEGIN_DECLS
 
 /* Zero or NULL fields take the value of the environment variable named, else the default. */
 struct pvrt_config {
-	unsigned workers;      /* $PVRT_WORKERS; default: number of CPUs in 'cpus' */
-	const char *cpus;      /* $PVRT_CPUS, e.g. "0-3,6"; default: the affinity mask */
-	size_t stack_size;     /* $PVRT_STACK_SIZE (bytes, k/m suffix); default 64 KiB */
-	const char *sched;     /* $PVRT_SCHED: scheduling policy; default "random" */
-	uint64_t poll_min_ns;  /* $PVRT_POLL_MIN_NS: first halt-poll window; default 10 us */
-	uint64_t poll_max_ns;  /* $PVRT_POLL_MAX_NS: largest window; default 200 us (0: no poll) */
-	const char *timer;     /* $PVRT_TIMER: "lazy" (default) or "eager" re-arming */
+	unsigned workers;	/* $PVRT_WORKERS; default: number of CPUs in 'cpus' */
+	const char *cpus;	/* $PVRT_CPUS, e.g. "0-3,6"; default: the affinity mask */
+	size_t stack_size;	/* $PVRT_STACK_SIZE (bytes, k/m suffix); default 64 KiB */
+	const char *sched;	/* $PVRT_SCHED: scheduling policy; default "random" */
+	uint64_t poll_min_ns;	/* $PVRT_POLL_MIN_NS: first halt-poll window; default 10 us */
+	uint64_t poll_max_ns;	/* $PVRT_POLL_MAX_NS: largest window; default 200 us (0: no poll) */
+	const char *timer;	/* $PVRT_TIMER: "lazy" (default) or "eager" re-arming */
 	int64_t timer_slack_ns; /* $PVRT_TIMER_SLACK_NS: timers may fire this late; default 50 us
 				 * (-1: none) */
-	int no_segv_handler;   /* 1: do not install the stack-overflow SIGSEGV handler */
+	int no_segv_handler;	/* 1: do not install the stack-overflow SIGSEGV handler */
 };
 
 /* Fill c with zeros (every field from the environment or its default). */

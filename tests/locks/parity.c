@@ -155,6 +155,15 @@ static void test_mutex(void)
 	R("normal lock after foreign unlock", pthread_mutex_lock(&m));
 	R("normal unlock", pthread_mutex_unlock(&m));
 	R("normal destroy", pthread_mutex_destroy(&m));
+	pthread_mutex_t d = PTHREAD_MUTEX_INITIALIZER;
+	R("lock (to destroy while locked)", pthread_mutex_lock(&d));
+	R("destroy locked", pthread_mutex_destroy(&d));
+	R("unlock", pthread_mutex_unlock(&d));
+	R("destroy", pthread_mutex_destroy(&d));
+	R("trylock destroyed", pthread_mutex_trylock(&d));
+	R("init again", pthread_mutex_init(&d, NULL));
+	R("lock re-initialised", pthread_mutex_lock(&d));
+	R("unlock", pthread_mutex_unlock(&d));
 
 	pthread_mutexattr_t a;
 	pthread_mutexattr_init(&a);
@@ -445,13 +454,18 @@ static void test_barrier_spin(void)
 	R("spin destroy", pthread_spin_destroy(&s));
 }
 
+/* The pre-2.3.2 condvar symbol, as binaries linked against old glibc reference it. */
+extern int old_cond_wait(pthread_cond_t *c, pthread_mutex_t *m);
+__asm__(".symver old_cond_wait, pthread_cond_wait@GLIBC_2.2.5");
+
 int main(int argc, char **argv)
 {
 	if (argc > 1 && !strcmp(argv[1], "--which")) {
-		Dl_info i1, i2;
+		Dl_info i1, i2, i3;
 		dladdr((void *)pthread_mutex_lock, &i1);
 		dladdr((void *)pthread_cond_wait, &i2);
-		printf("%s\n%s\n", i1.dli_fname, i2.dli_fname);
+		dladdr((void *)old_cond_wait, &i3);
+		printf("%s\n%s\n%s\n", i1.dli_fname, i2.dli_fname, i3.dli_fname);
 		return 0;
 	}
 	setvbuf(stdout, NULL, _IOLBF, 0);

@@ -16,6 +16,7 @@ expect_usage --hints= -- true
 expect_usage --emu= -- true
 expect_usage --emu=vcpus=banana -- true
 expect_usage --hints=none --emu=vcpus=2 -- true
+expect_usage --locks=bogus -- true
 "$run" --help | grep -q "usage: pvrt-run" || fail "--help"
 
 "$run" -- sh -c 'exit 7'; rc=$?
@@ -28,7 +29,7 @@ expect_usage --hints=none --emu=vcpus=2 -- true
 # The child really runs with the preload and the hint source.
 "$run" --hints=none -- sh -c 'case "$LD_PRELOAD" in *libpvrt-preload.so*) ;; *) exit 3;; esac; [ "$PVRT_HINTS" = none ]' ||
 	fail "LD_PRELOAD/PVRT_HINTS not set in the child"
-"$run" --hints=none -- "$parity" --which | grep -c libpvrt-preload.so | grep -q 2 ||
+"$run" --hints=none -- "$parity" --which | grep -c libpvrt-preload.so | grep -q 3 ||
 	fail "pthread functions not interposed under pvrt-run"
 
 # --stats: a table with a mutex line showing acquisitions.
@@ -41,4 +42,11 @@ echo "$out" | grep -q "^barrier " || fail "--stats: no barrier line"
 # --emu: application threads run on emulated vCPUs; results stay right.
 out=$("$run" --stats --emu=vcpus=4,pcpus=2,quantum=2ms -- "$parity" 2>/dev/null) || fail "--emu run failed"
 echo "$out" | grep -q "cond broadcast woke *6" || fail "--emu: wrong results"
+# --locks=glibc: the same setup with glibc's locks (nothing counted, same results).
+res=$(mktemp)
+out=$("$run" --stats --locks=glibc -- "$parity" 2>&1 >"$res") || fail "--locks=glibc run failed"
+grep -q "cond broadcast woke *6" "$res" || fail "--locks=glibc: wrong results"
+rm -f "$res"
+acq=$(echo "$out" | awk '$1 == "mutex" { print $2 }')
+[ "${acq:-0}" -eq 0 ] || fail "--locks=glibc: pvrt counted $acq mutex acquisitions"
 echo "pvrt_run: OK"

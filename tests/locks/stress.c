@@ -75,12 +75,33 @@ static struct timespec in_us(clockid_t clk, long us)
 	return ts;
 }
 
+/* Under the emulator every worker thread sits on an emulated vCPU, so that in slice mode lock
+ * holders really get stopped mid-section, as under a host. */
+static pvhint_t *emu;
+struct start {
+	void *(*fn)(void *);
+	long id;
+};
+static void *start(void *p)
+{
+	struct start *s = p;
+	if (emu && pvhint_emu_attach_next(emu))
+		FAIL("pvhint_emu_attach_next");
+	void *r = s->fn((void *)s->id);
+	if (emu)
+		pvhint_emu_detach(emu);
+	return r;
+}
+
 static void run(void *(*fn)(void *), int n)
 {
 	pthread_t t[16];
-	for (long i = 0; i < n; i++)
-		if (pthread_create(&t[i], NULL, fn, (void *)i))
+	struct start s[16];
+	for (long i = 0; i < n; i++) {
+		s[i] = (struct start){fn, i};
+		if (pthread_create(&t[i], NULL, start, &s[i]))
 			FAIL("pthread_create");
+	}
 	for (int i = 0; i < n; i++)
 		pthread_join(t[i], NULL);
 }
@@ -332,6 +353,8 @@ int main(int argc, char **argv)
 		     def ? pvhint_source_name(def) : "none");
 	pthread_t ch;
 	bool use_fake = !want || strcmp(want, "emu");
+	if (!use_fake)
+		emu = def;
 	if (use_fake) {
 		pvrt_locks_set_hints(&fake);
 		pthread_create(&ch, NULL, chaos, NULL);
@@ -351,10 +374,11 @@ int main(int argc, char **argv)
 	pvrt_cond_init(&notempty, CLOCK_MONOTONIC);
 	pvrt_cond_init(&notfull, CLOCK_REALTIME);
 	pthread_t pc[4];
-	for (long i = 0; i < 2; i++)
-		pthread_create(&pc[i], NULL, producer, (void *)i);
-	for (long i = 2; i < 4; i++)
-		pthread_create(&pc[i], NULL, consumer, NULL);
+	struct start ps[4];
+	for (long i = 0; i < 4; i++) {
+		ps[i] = (struct start){i < 2 ? producer : consumer, i};
+		pthread_create(&pc[i], NULL, start, &ps[i]);
+	}
 	for (int i = 0; i < 2; i++)
 		pthread_join(pc[i], NULL);
 	pvrt_mutex_lock(&qm);

@@ -24,6 +24,7 @@ static pvhint_t *h;
 static int done;
 static uint64_t last_ts, gap_ns, gap_since;
 static pid_t spin_tid;
+static bool spin_rt;
 
 /*
  * The spinner never blocks by itself, so the time it spends neither running nor waiting on a
@@ -45,6 +46,13 @@ static uint64_t spinner_active_ns(void)
 static void *spinner(void *arg)
 {
 	unsigned v = (unsigned)(uintptr_t)arg;
+	/*
+	 * Real-time priority when permitted: what is measured is the emulator, not how long this
+	 * shared machine (load 4-9 seen) makes a woken thread wait for a CPU. The spinner never
+	 * runs more than an attempt (about 1 s).
+	 */
+	struct sched_param sp = {.sched_priority = 1};
+	spin_rt = !pthread_setschedparam(pthread_self(), SCHED_FIFO, &sp);
 	CHECK(!pvhint_emu_attach(h, v));
 	__atomic_store_n(&spin_tid, (pid_t)syscall(SYS_gettid), __ATOMIC_RELEASE);
 	uint64_t last = test_now_ns();
@@ -113,12 +121,18 @@ static bool noisy_attempt(int attempt)
 	double span = (double)(t - t0);
 	double f_flag = pre_ns / span, f_stop = (s1.stopped_ns - s0.stopped_ns) / span;
 	double f_gap = gaps / span, f_steal = steal / span, f_held = 1 - act / span;
-	bool ok = fabs(f_flag - duty) <= 0.05 && fabs(f_held - duty) <= 0.05;
-	printf("noisy attempt %d: configured %.3f; measured: flag %.3f%s, spinner held (not "
+	/*
+	 * Without a real-time sampler, sampling is biased on a loaded machine (see above): use the
+	 * flag time accounted in steal then. Without a real-time spinner, its held time is
+	 * shortened by the time it waited for a CPU before taking the stop.
+	 */
+	bool ok = fabs((rt ? f_flag : f_steal) - duty) <= 0.05 && fabs(f_held - duty) <= 0.05;
+	printf("noisy attempt %d: configured %.3f; measured: flag %.3f%s, spinner%s held (not "
 	       "runnable) %.3f; also: handler-stopped %.3f, spinner no progress incl. machine load "
 	       "%.3f, steal %.3f, ack timeouts %llu -> %s\n",
-	       attempt, duty, f_flag, rt ? " (rt sampler)" : "", f_held, f_stop, f_gap, f_steal,
-	       (unsigned long long)(s1.ack_timeouts - s0.ack_timeouts), ok ? "ok" : "outside 5pp");
+	       attempt, duty, f_flag, rt ? " (rt sampler)" : "", spin_rt ? " (rt)" : "", f_held,
+	       f_stop, f_gap, f_steal, (unsigned long long)(s1.ack_timeouts - s0.ack_timeouts),
+	       ok ? "ok" : "outside 5pp");
 	return ok;
 }
 
@@ -131,6 +145,9 @@ static bool latency_attempt(int attempt)
 	__atomic_store_n(&done, 0, __ATOMIC_RELAXED);
 	pthread_t th;
 	CHECK(!pthread_create(&th, NULL, spinner, (void *)(uintptr_t)1));
+	/* The caller of deschedule() waits for the ack in a futex: keep its wake-up prompt too. */
+	struct sched_param sp = {.sched_priority = 2}, sp0 = {0};
+	bool rt = !pthread_setschedparam(pthread_self(), SCHED_FIFO, &sp);
 	for (int i = 0; i < N; i++) {
 		/* make sure it runs */
 		uint64_t seen = __atomic_load_n(&last_ts, __ATOMIC_ACQUIRE);
@@ -155,16 +172,19 @@ static bool latency_attempt(int attempt)
 		/* flag cleared in [t2, t3], thread running again at 'first' */
 		res[i] = (first > t3 ? first : t3) - t2;
 	}
+	if (rt)
+		pthread_setschedparam(pthread_self(), SCHED_OTHER, &sp0);
 	__atomic_store_n(&done, 1, __ATOMIC_RELEASE);
 	CHECK(!pthread_join(th, NULL));
 	pvhint_close(h);
 	qsort(stop, N, sizeof(stop[0]), cmp_u64);
 	qsort(res, N, sizeof(res[0]), cmp_u64);
 	bool ok = stop[N / 2] <= 100000 && res[N / 2] <= 100000;
-	printf("latency attempt %d: stop (flag set .. thread stopped) median %.1f us p90 %.1f us; "
-	       "resume (flag cleared .. thread running) median %.1f us p90 %.1f us -> %s\n",
-	       attempt, stop[N / 2] / 1e3, stop[N * 9 / 10] / 1e3, res[N / 2] / 1e3,
-	       res[N * 9 / 10] / 1e3, ok ? "ok" : "over 100 us");
+	printf(
+	    "latency attempt %d%s: stop (flag set .. thread stopped) median %.1f us p90 %.1f us; "
+	    "resume (flag cleared .. thread running) median %.1f us p90 %.1f us -> %s\n",
+	    attempt, spin_rt ? " (rt spinner)" : "", stop[N / 2] / 1e3, stop[N * 9 / 10] / 1e3,
+	    res[N / 2] / 1e3, res[N * 9 / 10] / 1e3, ok ? "ok" : "over 100 us");
 	return ok;
 }
 

@@ -82,11 +82,15 @@ static void run(const char *spec, int nthreads, uint64_t ms)
 		CHECK(!pthread_join(th[i], NULL));
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
-	run("vcpus=4,pcpus=1,mode=slice,quantum=200us", 8, 1000);
-	run("vcpus=3,pcpus=2,mode=noisy,duty=0.5,period=1ms", 6, 500);
-	run("vcpus=4,mode=random,period=100us,duty=0.5", 6, 500);
+	/* argv[1]: rounds (the soak test runs many; each round about 2 s) */
+	int rounds = argc > 1 ? atoi(argv[1]) : 1;
+	for (int r = 0; r < rounds; r++) {
+		run("vcpus=4,pcpus=1,mode=slice,quantum=200us", 8, 1000);
+		run("vcpus=3,pcpus=2,mode=noisy,duty=0.5,period=1ms", 6, 500);
+		run("vcpus=4,mode=random,period=100us,duty=0.5", 6, 500);
+	}
 	CHECK(work > 0);
 	printf("emu churn ok\n");
 	return 0;

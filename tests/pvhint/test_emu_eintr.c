@@ -15,6 +15,7 @@
 #include <fcntl.h>
 #include <linux/futex.h>
 #include <poll.h>
+#include <signal.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -33,8 +34,8 @@ static pid_t tids[8];
 static uint64_t spins;
 
 enum { T_EPOLL, T_POLL, T_FUTEX, T_READ, T_SLEEP, T_PARKED, T_SPIN, NT };
-static const char *const names[NT] = {"epoll_wait", "poll",   "futex(timeout)", "read(pipe)",
-				      "nanosleep",  "parked", "spinner"};
+static const char *const names[NT] = {"epoll_wait", "poll",   "futex(timeout)",	      "read(pipe)",
+				      "nanosleep",  "parked", "spinner (errno, mask)"};
 
 static long futex(uint32_t *a, int op, uint32_t v, const struct timespec *ts)
 {
@@ -90,8 +91,18 @@ static void *worker(void *arg)
 				__atomic_fetch_add(&spins, 1, __ATOMIC_RELAXED);
 		}
 		break;
-	case T_SPIN:
+	case T_SPIN: {
+		/* errno and the signal mask are exactly as the thread left them */
+		sigset_t m0, m;
+		sigemptyset(&m0);
+		sigaddset(&m0, SIGUSR2);
+		CHECK(!pthread_sigmask(SIG_SETMASK, &m0, NULL));
 		while (!__atomic_load_n(&done, __ATOMIC_ACQUIRE)) {
+			CHECK(!pthread_sigmask(SIG_SETMASK, NULL, &m));
+			/* by member: bytes past the kernel's sigset size are unspecified */
+			for (int sg = 1; sg < SIGRTMAX; sg++)
+				if (sigismember(&m, sg) != sigismember(&m0, sg))
+					__atomic_fetch_add(&eintr_seen[k], 1, __ATOMIC_RELAXED);
 			errno = 777;
 			for (int i = 0; i < 1000; i++)
 				__atomic_fetch_add(&spins, 1, __ATOMIC_RELAXED);
@@ -103,6 +114,7 @@ static void *worker(void *arg)
 				__atomic_fetch_add(&eintr_seen[k], 1, __ATOMIC_RELAXED);
 		}
 		break;
+	}
 	}
 	if (r < 0 && errno == EINTR)
 		__atomic_fetch_add(&eintr_seen[k], 1, __ATOMIC_RELAXED);

@@ -1,11 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /* ULT basics: create/join with values, detach, yield order, yield_to, self, exit, sleep, ids,
  * invalid arguments, finalize rules, init again after finalize. */
+#define _GNU_SOURCE
 #include "check.h"
 
 #include <pvrt/thread.h>
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <string.h>
 #include <time.h>
@@ -55,6 +57,22 @@ static void *self_fn(void *a)
 	*(pvrt_thread_t *)a = pvrt_thread_self();
 	CHECK(pvrt_worker_self() >= 0);
 	CHECK_EQ(pvrt_thread_join(pvrt_thread_self(), NULL), -EDEADLK);
+	return NULL;
+}
+
+static void *try_finalize(void *a)
+{
+	(void)a;
+	return (void *)(intptr_t)pvrt_finalize();
+}
+
+/* Finalize waits for detached ULTs still running. */
+static int late_done;
+static void *late(void *a)
+{
+	(void)a;
+	pvrt_thread_sleep(30000000);
+	__atomic_store_n(&late_done, 1, __ATOMIC_RELEASE);
 	return NULL;
 }
 
@@ -139,7 +157,9 @@ int main(void)
 	/* Sleeps, some concurrent. */
 	pvrt_thread_t s[8];
 	for (int i = 0; i < 8; i++)
-		CHECK_EQ(pvrt_thread_create(&s[i], NULL, sleeper, (void *)(uintptr_t)(100000 * (8 - i))), 0);
+		CHECK_EQ(
+		    pvrt_thread_create(&s[i], NULL, sleeper, (void *)(uintptr_t)(100000 * (8 - i))),
+		    0);
 	CHECK_EQ(pvrt_thread_sleep(200000), 0);
 	for (int i = 0; i < 8; i++)
 		CHECK_EQ(pvrt_thread_join(s[i], NULL), 0);
@@ -176,7 +196,24 @@ int main(void)
 	CHECK_EQ(pvrt_stats_get(&st), 0);
 	CHECK(st.ults_created >= 58);
 
+	/* Only the primary may finalize. */
+	void *fr;
+	CHECK_EQ(pvrt_thread_create(&t, NULL, try_finalize, NULL), 0);
+	CHECK_EQ(pvrt_thread_join(t, &fr), 0);
+	CHECK_EQ((intptr_t)fr, -EPERM);
+	pthread_t th;
+	CHECK_EQ(pthread_create(&th, NULL, try_finalize, NULL), 0);
+	while (pthread_tryjoin_np(th, &fr))
+		pvrt_thread_yield();
+	CHECK_EQ((intptr_t)fr, -EPERM);
+
+	/* A detached ULT still sleeping, and an exited ULT never joined. */
+	pvrt_thread_attr_init(&a);
+	a.detached = 1;
+	CHECK_EQ(pvrt_thread_create(NULL, &a, late, NULL), 0);
+	CHECK_EQ(pvrt_thread_create(&t, NULL, ret_arg, NULL), 0);
 	CHECK_EQ(pvrt_finalize(), 0);
+	CHECK_EQ(__atomic_load_n(&late_done, __ATOMIC_ACQUIRE), 1);
 	CHECK(pvrt_thread_self() == NULL);
 	/* Again, with defaults. */
 	CHECK_EQ(pvrt_init(NULL), 0);

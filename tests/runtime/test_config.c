@@ -29,9 +29,9 @@ static void *where(void *a)
 
 int main(void)
 {
-	static const char *const vars[] = {"PVRT_WORKERS", "PVRT_CPUS", "PVRT_STACK_SIZE",
-					   "PVRT_SCHED", "PVRT_POLL_MIN_NS", "PVRT_POLL_MAX_NS",
-					   "PVRT_TIMER", "PVRT_TIMER_SLACK_NS"};
+	static const char *const vars[] = {"PVRT_WORKERS", "PVRT_CPUS",		 "PVRT_STACK_SIZE",
+					   "PVRT_SCHED",   "PVRT_POLL_MIN_NS",	 "PVRT_POLL_MAX_NS",
+					   "PVRT_TIMER",   "PVRT_TIMER_SLACK_NS"};
 	for (unsigned i = 0; i < sizeof(vars) / sizeof(vars[0]); i++)
 		unsetenv(vars[i]);
 	bad_env("PVRT_WORKERS", "0", "PVRT_WORKERS");

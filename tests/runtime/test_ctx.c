@@ -36,7 +36,8 @@ int main(void)
 {
 	co_sp = pvrt_ctx_make(stack + sizeof(stack), co, (void *)0x5eed);
 	fesetround(FE_TONEAREST);
-	register double keep = 42.5; /* lives across the switch in a callee-saved register or stack */
+	register double keep =
+	    42.5; /* lives across the switch in a callee-saved register or stack */
 	for (int i = 0; i < 100000; i++) {
 		pvrt_ctx_switch(&main_sp, co_sp);
 		if (counter != i + 1)

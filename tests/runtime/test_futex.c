@@ -26,7 +26,8 @@ static uint64_t now_ns(clockid_t c)
 static struct timespec in_ns(clockid_t c, uint64_t ns)
 {
 	uint64_t t = now_ns(c) + ns;
-	return (struct timespec){.tv_sec = (time_t)(t / 1000000000ull), .tv_nsec = (long)(t % 1000000000ull)};
+	return (struct timespec){.tv_sec = (time_t)(t / 1000000000ull),
+				 .tv_nsec = (long)(t % 1000000000ull)};
 }
 
 static void timeouts(void)

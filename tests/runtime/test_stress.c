@@ -3,18 +3,19 @@
  * Stress on all workers: 100k ULTs, a deep join tree, ULTs migrating across workers, many
  * concurrent sleeps, yield_to chains, and foreign threads creating/joining ULTs. Also run under
  * the hint emulator (random hints; real overcommit) by ctest with PVRT_HINTS=emu.
- * Argument "quick" shrinks the counts (sanitizer builds).
+ * Argument "quick" shrinks the counts (emulator runs, ASan), "tiny" even more (TSan).
  */
 #define _GNU_SOURCE
 #include "check.h"
 
+#include <pvrt/pvhint.h>
 #include <pvrt/thread.h>
 
 #include <pthread.h>
 #include <stdint.h>
 #include <string.h>
 
-static int quick;
+static int quick, tiny;
 
 static void *add_one(void *a)
 {
@@ -24,7 +25,7 @@ static void *add_one(void *a)
 
 static void many(void)
 {
-	long n = quick ? 20000 : 100000, count = 0;
+	long n = tiny ? 2000 : quick ? 20000 : 100000, count = 0;
 	enum { BATCH = 1000 };
 	pvrt_thread_t t[BATCH];
 	for (long done = 0; done < n; done += BATCH) {
@@ -124,7 +125,8 @@ static void *foreign_thread(void *p)
 
 int main(int argc, char **argv)
 {
-	quick = argc > 1 && !strcmp(argv[1], "quick");
+	tiny = argc > 1 && !strcmp(argv[1], "tiny");
+	quick = tiny || (argc > 1 && !strcmp(argv[1], "quick"));
 	int r = pvrt_init(NULL);
 	CHECK_EQ(r, 0);
 
@@ -132,7 +134,7 @@ int main(int argc, char **argv)
 
 	void *leaves;
 	pvrt_thread_t root;
-	int depth = quick ? 10 : 13;
+	int depth = tiny ? 7 : quick ? 10 : 13;
 	CHECK_EQ(pvrt_thread_create(&root, NULL, tree, (void *)(intptr_t)depth), 0);
 	CHECK_EQ(pvrt_thread_join(root, &leaves), 0);
 	CHECK_EQ((intptr_t)leaves, 1 << depth);
@@ -146,7 +148,7 @@ int main(int argc, char **argv)
 		CHECK_EQ((intptr_t)moves, 200);
 	}
 
-	int ns = quick ? 200 : 1000;
+	int ns = tiny ? 50 : quick ? 200 : 1000;
 	pvrt_thread_t *s = calloc((size_t)ns, sizeof(*s));
 	for (int i = 0; i < ns; i++)
 		CHECK_EQ(pvrt_thread_create(&s[i], NULL, sleepy, (void *)(uintptr_t)(i + 1)), 0);
@@ -182,6 +184,22 @@ int main(int argc, char **argv)
 	       (unsigned long long)st.parks, (unsigned long long)st.unparks,
 	       (unsigned long long)st.polls_found, (unsigned long long)st.timer_adds,
 	       (unsigned long long)st.timer_arms, (unsigned long long)st.timer_fires);
+	/* Under an emulator that deschedules vCPUs, make sure it really did stop workers. */
+	pvhint_t *h;
+	if (!pvhint_default(&h) && pvhint_emu_mode(h)) {
+		uint64_t desched = 0, stops = 0;
+		for (unsigned v = 0; v < pvhint_nr_vcpus(h); v++) {
+			struct pvhint_emu_stats es;
+			if (!pvhint_emu_stats(h, v, &es)) {
+				desched += es.desched;
+				stops += es.stops;
+			}
+		}
+		printf("emulator %s: %llu deschedules, %llu thread stops\n", pvhint_emu_mode(h),
+		       (unsigned long long)desched, (unsigned long long)stops);
+		if (!strcmp(pvhint_emu_mode(h), "slice") || !strcmp(pvhint_emu_mode(h), "noisy"))
+			CHECK(desched > 0);
+	}
 	CHECK_EQ(pvrt_finalize(), 0);
 	printf("ok\n");
 	return 0;

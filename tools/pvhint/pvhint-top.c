@@ -176,8 +176,8 @@ int main(int argc, char **argv)
 			printf("pvhint-top  source %s%s%s  vCPUs %u  interval %.2fs%s%s\n\n", src,
 			       mode ? " mode " : "", mode ? mode : "", nr, span / 1e9,
 			       *pvhint_note(h) ? "  " : "", pvhint_note(h));
-			printf("%5s %9s %7s %8s %11s\n", "vCPU", "preempted", "is_idle", "steal%",
-			       "preempted%");
+			printf("%5s %9s %7s %8s %11s%s\n", "vCPU", "preempted", "is_idle", "steal%",
+			       "preempted%", mode ? " threads parked    stops" : "");
 		}
 		for (unsigned v = 0; v < nr; v++) {
 			uint64_t s = pvhint_steal(h, v);
@@ -185,15 +185,26 @@ int main(int argc, char **argv)
 			       frac = (double)pre_ns[v] / span;
 			steal0[v] = s;
 			bool p = pvhint_vcpu_preempted(h, v), idle = pvhint_pcpu_idle(h, v);
-			if (json)
+			struct pvhint_emu_stats es;
+			bool emu = mode && !pvhint_emu_stats(h, v, &es);
+			if (json) {
 				printf("%s{\"vcpu\":%u,\"preempted\":%s,\"is_idle\":%s,"
 				       "\"steal_ns\":%llu,\"steal_rate\":%.4f,"
-				       "\"preempted_fraction\":%.4f}",
+				       "\"preempted_fraction\":%.4f",
 				       v ? "," : "", v, p ? "true" : "false",
 				       idle ? "true" : "false", (unsigned long long)s, rate, frac);
-			else
-				printf("%5u %9s %7s %7.1f%% %10.1f%%\n", v, p ? "yes" : "-",
+				if (emu)
+					printf(",\"threads\":%u,\"parked\":%u,\"stops\":%llu",
+					       es.threads, es.parked, (unsigned long long)es.stops);
+				printf("}");
+			} else {
+				printf("%5u %9s %7s %7.1f%% %10.1f%%", v, p ? "yes" : "-",
 				       idle ? "yes" : "-", rate * 100, frac * 100);
+				if (emu)
+					printf(" %7u %6u %8llu", es.threads, es.parked,
+					       (unsigned long long)es.stops);
+				printf("\n");
+			}
 		}
 		if (json)
 			printf("]}\n");

@@ -132,7 +132,6 @@ struct result {
 	uint64_t parks;
 	unsigned vcpus;
 	double desched_ms[64];
-	double stopped_ms;
 };
 
 static int run_once(const char *spec, bool hints, double seconds, struct result *res)
@@ -152,13 +151,8 @@ static int run_once(const char *spec, bool hints, double seconds, struct result 
 		pthread_create(&w[i].th, NULL, worker_main, &w[i]);
 	}
 	pthread_barrier_wait(&r.start);
-	double stopped0 = 0;
-	for (unsigned i = 0; i < n; i++) {
-		struct pvhint_emu_stats st;
+	for (unsigned i = 0; i < n; i++)
 		steal0[i] = pvhint_steal(r.h, i);
-		if (!pvhint_emu_stats(r.h, i, &st))
-			stopped0 += (double)st.stopped_ns / 1e6;
-	}
 	uint64_t t0 = now_ns();
 	nanosleep(
 	    &(struct timespec){(time_t)seconds, (long)((seconds - (double)(time_t)seconds) * 1e9)},
@@ -167,13 +161,8 @@ static int run_once(const char *spec, bool hints, double seconds, struct result 
 	double span = (double)(now_ns() - t0);
 	memset(res, 0, sizeof(*res));
 	res->vcpus = n;
-	res->stopped_ms = -stopped0;
-	for (unsigned i = 0; i < n && i < 64; i++) {
+	for (unsigned i = 0; i < n && i < 64; i++)
 		res->desched_ms[i] = (double)(pvhint_steal(r.h, i) - steal0[i]) / 1e6;
-		struct pvhint_emu_stats st;
-		if (!pvhint_emu_stats(r.h, i, &st))
-			res->stopped_ms += (double)st.stopped_ns / 1e6;
-	}
 	uint64_t ops = 0, wait = 0;
 	for (unsigned i = 0; i < n; i++) {
 		pthread_join(w[i].th, NULL);

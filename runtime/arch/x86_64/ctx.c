@@ -19,12 +19,12 @@ void *pvrt_ctx_make(void *top, void (*entry)(void *), void *arg)
 	 */
 	uint64_t *sp = (uint64_t *)(((uintptr_t)top & ~(uintptr_t)15) - 80);
 	sp[0] = mxcsr | ((uint64_t)fpcw << 32);
-	sp[1] = 0;		       /* r15 */
-	sp[2] = 0;		       /* r14 */
-	sp[3] = (uint64_t)arg;	       /* r13 */
-	sp[4] = (uint64_t)entry;       /* r12 */
-	sp[5] = 0;		       /* rbx */
-	sp[6] = 0;		       /* rbp: ends frame-pointer chains */
+	sp[1] = 0;		 /* r15 */
+	sp[2] = 0;		 /* r14 */
+	sp[3] = (uint64_t)arg;	 /* r13 */
+	sp[4] = (uint64_t)entry; /* r12 */
+	sp[5] = 0;		 /* rbx */
+	sp[6] = 0;		 /* rbp: ends frame-pointer chains */
 	sp[7] = (uint64_t)pvrt_ctx_trampoline;
 	sp[8] = 0;
 	sp[9] = 0;

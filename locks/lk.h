@@ -147,6 +147,12 @@ static inline int lk_self_id(struct pvrt_ult *u)
 int lk_park(uint32_t *addr, uint32_t val, clockid_t clk, const struct timespec *abstime,
 	    enum pvrt_lock_class cls);
 
+/* lk_park in two halves, for waits that do not go through pvrt_futex_wait (the cancellable
+ * condvar wait): begin counts the park and tells the hint source (returns whether it told);
+ * end takes begin's result (the handle told, or NULL). */
+pvhint_t *lk_park_begin(enum pvrt_lock_class cls);
+void lk_park_end(pvhint_t *told);
+
 static inline int lk_wake(uint32_t *addr, int n)
 {
 	return pvrt_futex_wake(addr, n);

@@ -353,6 +353,81 @@ static void test_cond(void)
 	R("cond destroy after broadcast", pthread_cond_destroy(&cv));
 }
 
+/* ---- cancellation inside a condvar wait ----
+ * POSIX: the mutex is held again when the cancelled waiter's cleanup handlers run. The handler
+ * unlocks an errorcheck mutex: 0 if it was held, EPERM if not. */
+static pthread_mutex_t xm = PTHREAD_ERRORCHECK_MUTEX_INITIALIZER_NP;
+static pthread_cond_t xc = PTHREAD_COND_INITIALIZER;
+static int x_waiting, x_unlock_result, x_kind;
+
+static void x_cleanup(void *p)
+{
+	(void)p;
+	x_unlock_result = pthread_mutex_unlock(&xm);
+}
+
+static void *x_waiter(void *p)
+{
+	(void)p;
+	pthread_mutex_lock(&xm);
+	x_waiting = 1;
+	pthread_cleanup_push(x_cleanup, NULL);
+	struct timespec ts;
+	for (;;) { /* never signalled: only the cancel ends the wait */
+		if (x_kind == 0) {
+			pthread_cond_wait(&xc, &xm);
+		} else if (x_kind == 1) {
+			ts = in_ms(CLOCK_REALTIME, 60000);
+			pthread_cond_timedwait(&xc, &xm, &ts);
+		} else {
+			ts = in_ms(CLOCK_MONOTONIC, 60000);
+			pthread_cond_clockwait(&xc, &xm, CLOCK_MONOTONIC, &ts);
+		}
+	}
+	pthread_cleanup_pop(1);
+	return NULL;
+}
+
+static void test_cond_cancel(void)
+{
+	static const char *const kinds[] = {"wait", "timedwait", "clockwait"};
+	for (x_kind = 0; x_kind < 3; x_kind++) {
+		for (int hold = 0; hold < 2; hold++) {
+			x_waiting = 0;
+			x_unlock_result = -1;
+			pthread_t t;
+			pthread_create(&t, NULL, x_waiter, NULL);
+			/* Once we hold xm with x_waiting set, the waiter is inside the wait. */
+			for (;;) {
+				pthread_mutex_lock(&xm);
+				if (x_waiting)
+					break;
+				pthread_mutex_unlock(&xm);
+				usleep(1000);
+			}
+			if (!hold) {
+				pthread_mutex_unlock(&xm);
+				usleep(20000); /* usually asleep in the kernel by now */
+			}
+			int rc = pthread_cancel(t);
+			if (hold)
+				pthread_mutex_unlock(
+				    &xm); /* the waiter relocks it after the cancel */
+			void *ret = NULL;
+			pthread_join(t, &ret);
+			char name[64];
+			snprintf(name, sizeof(name), "cancel in cond %s%s", kinds[x_kind],
+				 hold ? " (mutex held)" : "");
+			printf("%-44s cancel=%d canceled=%d handler unlock=%s\n", name, rc,
+			       ret == PTHREAD_CANCELED,
+			       x_unlock_result == 0 ? "0" : strerrorname_np(x_unlock_result));
+			R("  mutex free after cancel (trylock)", pthread_mutex_trylock(&xm));
+			R("  unlock", pthread_mutex_unlock(&xm));
+		}
+	}
+	R("cond destroy after cancelled waiters", pthread_cond_destroy(&xc));
+}
+
 static void test_rwlock(void)
 {
 	pthread_rwlock_t rw = PTHREAD_RWLOCK_INITIALIZER;
@@ -472,6 +547,7 @@ int main(int argc, char **argv)
 	test_mutex();
 	test_foreign_mutexes();
 	test_cond();
+	test_cond_cancel();
 	test_rwlock();
 	test_barrier_spin();
 	printf("%-44s %d\n", "calls that changed errno", errno_changes);

@@ -32,6 +32,8 @@
 #define LK_SPIN_NS	 20000ull
 #define LK_SPIN_BLIND_NS 3000ull
 #define LK_BACKOFF_MAX	 16
+/* A vCPU whose steal time grew this recently shares its physical CPU (see mutex.c). */
+#define LK_STEAL_RECENT_NS 10000000ull
 /* pthread_spin users expect spinning: a spinlock waiter spins longer before parking. */
 #define LK_SPINLOCK_SPIN_NS 100000ull
 

@@ -428,6 +428,102 @@ static void test_cond_cancel(void)
 	R("cond destroy after cancelled waiters", pthread_cond_destroy(&xc));
 }
 
+/* A waiter cancelled after a signal chose it must pass the signal on: two waiters wait for a
+ * token, one signal is sent and one waiter cancelled at once; the token must not be left with
+ * the other waiter asleep. */
+static pthread_mutex_t ym = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t yc = PTHREAD_COND_INITIALIZER;
+static int y_tokens, y_waiting, y_stop, y_returned;
+
+static void y_unlock(void *p)
+{
+	(void)p;
+	pthread_mutex_unlock(&ym);
+}
+
+static void *y_waiter(void *p)
+{
+	(void)p;
+	pthread_mutex_lock(&ym);
+	pthread_cleanup_push(y_unlock, NULL);
+	y_waiting++;
+	while (!y_tokens && !y_stop)
+		pthread_cond_wait(&yc, &ym);
+	if (y_tokens)
+		y_tokens--;
+	y_returned++;
+	pthread_cleanup_pop(1);
+	return NULL;
+}
+
+static void test_cond_cancel_signal(void)
+{
+	int lost = 0;
+	for (int i = 0; i < 20; i++) {
+		pthread_t a, b;
+		y_tokens = y_waiting = y_stop = 0;
+		pthread_create(&a, NULL, y_waiter, NULL);
+		pthread_create(&b, NULL, y_waiter, NULL);
+		for (;;) {
+			pthread_mutex_lock(&ym);
+			if (y_waiting == 2)
+				break;
+			pthread_mutex_unlock(&ym);
+			usleep(1000);
+		}
+		pthread_mutex_unlock(&ym);
+		usleep(i % 2 ? 5000 : 0); /* asleep in the kernel, or maybe not yet */
+		pthread_mutex_lock(&ym);
+		y_tokens = 1;
+		pthread_cond_signal(&yc);
+		pthread_cancel(a);
+		pthread_mutex_unlock(&ym);
+		pthread_join(a, NULL);
+		int left = 1;
+		for (int t = 0; t < 2000 && left; t++) { /* up to 2 s for b to take it */
+			pthread_mutex_lock(&ym);
+			left = y_tokens;
+			pthread_mutex_unlock(&ym);
+			if (left)
+				usleep(1000);
+		}
+		lost += left;
+		pthread_mutex_lock(&ym);
+		y_stop = 1;
+		pthread_cond_broadcast(&yc);
+		pthread_mutex_unlock(&ym);
+		pthread_join(b, NULL);
+	}
+	printf("%-44s %d\n", "cancelled waiter: signals lost (of 20)", lost);
+
+	/* Broadcast, then cancel the middle one of three waiters before any can return (we hold
+	 * the mutex): the cancelled one must not break the wake-up of the third. */
+	pthread_t t[3];
+	y_tokens = y_waiting = y_stop = y_returned = 0;
+	for (int i = 0; i < 3; i++) {
+		pthread_create(&t[i], NULL, y_waiter, NULL);
+		for (;;) { /* queue them in order: t[i] waits before t[i+1] starts */
+			pthread_mutex_lock(&ym);
+			if (y_waiting == i + 1)
+				break;
+			pthread_mutex_unlock(&ym);
+			usleep(1000);
+		}
+		pthread_mutex_unlock(&ym);
+	}
+	usleep(5000);
+	pthread_mutex_lock(&ym);
+	y_stop = 1;
+	pthread_cond_broadcast(&yc);
+	pthread_cancel(t[1]);
+	pthread_mutex_unlock(&ym);
+	void *r1 = NULL;
+	for (int i = 0; i < 3; i++)
+		pthread_join(t[i], i == 1 ? &r1 : NULL);
+	printf("%-44s returned=%d canceled=%d\n", "broadcast, then cancel the middle waiter",
+	       y_returned, r1 == PTHREAD_CANCELED);
+}
+
 static void test_rwlock(void)
 {
 	pthread_rwlock_t rw = PTHREAD_RWLOCK_INITIALIZER;
@@ -548,6 +644,7 @@ int main(int argc, char **argv)
 	test_foreign_mutexes();
 	test_cond();
 	test_cond_cancel();
+	test_cond_cancel_signal();
 	test_rwlock();
 	test_barrier_spin();
 	printf("%-44s %d\n", "calls that changed errno", errno_changes);

@@ -520,8 +520,10 @@ static void test_cond_cancel_signal(void)
 	void *r1 = NULL;
 	for (int i = 0; i < 3; i++)
 		pthread_join(t[i], i == 1 ? &r1 : NULL);
-	printf("%-44s returned=%d canceled=%d\n", "broadcast, then cancel the middle waiter",
-	       y_returned, r1 == PTHREAD_CANCELED);
+	/* Whether the middle one returned (glibc wakes it at once; it may leave before the cancel
+	 * acts) or was cancelled varies; that all three ended and the others returned does not. */
+	printf("%-44s %d\n", "broadcast, cancel middle waiter: all ended",
+	       y_returned + (r1 == PTHREAD_CANCELED) == 3);
 }
 
 static void test_rwlock(void)

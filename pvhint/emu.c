@@ -3,9 +3,10 @@
  * The overcommit emulator (source emu): V vCPUs on P physical CPUs, inside the process.
  *
  * Model. Threads attach to a vCPU (pvhint_emu_attach). A vCPU is runnable while at least one of
- * its threads is not parked (pvhint_thread_park/unpark bracket the runtime's blocking waits), and
- * halted otherwise, as a guest vCPU that executed HLT. vCPU v lives on pCPU v % P. A control
- * thread runs the mode:
+ * its threads is neither parked (pvhint_thread_park/unpark bracket the runtime's blocking waits)
+ * nor, in slice and noisy modes, seen sleeping in the kernel by the ksleep sampling
+ * (sample_threads), and halted otherwise, as a guest vCPU that executed HLT. vCPU v lives on
+ * pCPU v % P. A control thread runs the mode:
  *   slice   each pCPU round-robins over its runnable vCPUs, one quantum each; a vCPU that halts
  *           gives the pCPU to the next runnable one at once; a halted vCPU that wakes on a busy
  *           pCPU waits for its turn (the stranded wake-up of real overcommit).
@@ -51,6 +52,8 @@
  *     pvhint_emu_stats().eintr. Restartable calls (read, write, futex without timeout, ...) are
  *     restarted by SA_RESTART and unaffected.
  * A thread that blocks the stop signal is not stopped (the ack times out; counted).
+ *
+ * fork(): the emulators a child inherits are inert there (see fork_child).
  *
  * Lifetime. Each attached thread owns its struct emu_thr (freed by itself at detach or thread
  * exit); the handler only touches the calling thread's own record, read from initial-exec TLS.
@@ -467,6 +470,11 @@ static bool send_stop(struct pvhint_emu *e, struct emu_vcpu *vc, struct emu_thr 
 		return false;
 	}
 	if (in_kernel_wait(vc, t)) {
+		/* Asleep in wait_hold() (entered since the load above): runnable, see above. */
+		if (__atomic_load_n(&t->in_hold, __ATOMIC_SEQ_CST)) {
+			set_ksleep(e, vc, t, false);
+			return false;
+		}
 		if (!t->ksleep)
 			vc->kernel_skips++;
 		set_ksleep(e, vc, t, true); /* polled by the control thread while held */
@@ -604,26 +612,26 @@ static bool poll_kblocked(struct pvhint_emu *e)
  * again when one wakes. Sampled: threads not parked and not being stopped, on vCPUs not held, and
  * threads of held vCPUs last seen sleeping (the kblocked poll of script mode: one that woke is
  * stopped now). Threads of held vCPUs that were signalled are known runnable and cost nothing.
- * One pread of /proc/<tid>/stat each (about 3 us); returns whether any thread was sampled, so
- * the control thread keeps the cadence only while there is something to watch.
+ * One pread of /proc/<tid>/stat each (about 3 us).
  */
-static bool sample_threads(struct pvhint_emu *e)
+static bool sample_wanted(const struct emu_thr *t, const struct emu_vcpu *vc)
 {
-	bool any = false;
+	/* parked, or stopping/stopped: known; signalled threads of held vCPUs: runnable */
+	return __atomic_load_n(&t->state, __ATOMIC_SEQ_CST) == THR_RUN &&
+	       (!vc->desched || t->ksleep);
+}
 
+static void sample_threads(struct pvhint_emu *e)
+{
 	for (unsigned v = 0; v < e->c.vcpus; v++) {
 		struct emu_vcpu *vc = &e->vc[v];
 		for (struct emu_thr *t = vc->threads; t; t = t->next) {
-			if (__atomic_load_n(&t->state, __ATOMIC_SEQ_CST) != THR_RUN)
-				continue; /* parked, or stopping/stopped: known */
+			if (!sample_wanted(t, vc))
+				continue;
 			if (vc->desched) {
-				if (t->ksleep) {
-					send_stop(e, vc, t); /* re-reads the state */
-					any |= t->ksleep;
-				}
+				send_stop(e, vc, t); /* re-reads the state; stops it if it woke */
 				continue;
 			}
-			any = true;
 			bool sl = in_kernel_wait(vc, t);
 			/*
 			 * Read in_hold after the state: a thread seen sleeping in wait_hold() had
@@ -635,7 +643,21 @@ static bool sample_threads(struct pvhint_emu *e)
 			set_ksleep(e, vc, t, sl);
 		}
 	}
-	return any;
+}
+
+/*
+ * Is there a thread to sample at the next tick? Evaluated after every step, never cached: the
+ * model changes between ticks (attach, unpark, a vCPU run or held), and a sleeping thread of a
+ * held vCPU (perhaps misread: a thread just entering wait_hold) must be re-read, or the vCPU
+ * could stay halted with its thread waiting for its turn.
+ */
+static bool sampling_wanted(const struct pvhint_emu *e)
+{
+	for (unsigned v = 0; v < e->c.vcpus; v++)
+		for (const struct emu_thr *t = e->vc[v].threads; t; t = t->next)
+			if (sample_wanted(t, &e->vc[v]))
+				return true;
+	return false;
 }
 
 /*
@@ -776,6 +798,7 @@ static void *control_main(void *arg)
 {
 	struct pvhint_emu *e = arg;
 
+	pthread_setname_np(pthread_self(), "pvhint-emu"); /* for top -H, gdb, overhead checks */
 	if (e->c.rt) {
 		/*
 		 * The model's timing is only as good as this thread's wake-ups; on a loaded machine
@@ -808,7 +831,7 @@ static void *control_main(void *arg)
 		if (e->khalt) {
 			if (now >= e->next_sample) {
 				e->next_sample = now + e->c.ksleep;
-				e->sampling = sample_threads(e);
+				sample_threads(e);
 			}
 			/*
 			 * A vCPU halted or woke, seen by the sampling or by a stop that found its
@@ -819,9 +842,10 @@ static void *control_main(void *arg)
 				publish(e, now);
 				if (resteps++ < 2)
 					continue;
-				next = now;
+				if (next > now + 100000) /* step again soon, not in a loop */
+					next = now + 100000;
 			}
-			if (e->sampling && next > e->next_sample)
+			if (next > e->next_sample && sampling_wanted(e))
 				next = e->next_sample;
 		} else if (poll_kblocked(e) && next > now + 1000000) {
 			next = now + 1000000;
@@ -881,19 +905,19 @@ static void freeze_page(struct pvhint_emu *e)
 	struct pvhint_impl *im = e->im;
 
 	if (im->export_path[0]) {
+		/* Whatever happens, the file is the parent's: the child's close leaves it. */
+		im->export_path[0] = 0;
 		void *p = mmap(NULL, im->map_len, PROT_READ | PROT_WRITE,
 			       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-		if (p != MAP_FAILED) {
-			memcpy(p, im->map, im->map_len);
-			/* Atomically replaces the shared mapping at the same address. */
-			if (mremap(p, im->map_len, im->map_len, MREMAP_MAYMOVE | MREMAP_FIXED,
-				   im->map) == MAP_FAILED)
-				munmap(p, im->map_len);
-		}
-		/* Whatever happened, the file is the parent's: the child's close leaves it. */
-		im->export_path[0] = 0;
 		if (p == MAP_FAILED)
 			return; /* still shared: must not write the parent's flags */
+		memcpy(p, im->map, im->map_len);
+		/* Atomically replaces the shared mapping at the same address. */
+		if (mremap(p, im->map_len, im->map_len, MREMAP_MAYMOVE | MREMAP_FIXED, im->map) ==
+		    MAP_FAILED) {
+			munmap(p, im->map_len);
+			return; /* likewise */
+		}
 	}
 	for (unsigned v = 0; v < e->c.vcpus; v++) {
 		/* Relaxed: the child's only thread; readers treat these as hints anyway. */

@@ -81,7 +81,6 @@ struct pvhint_emu {
 	bool dirty;	      /* a thread's ksleep changed: publish and step again */
 	uint32_t dead;	      /* in a child of fork(): inert (see fork_child in emu.c) */
 	uint64_t next_sample; /* khalt: when the thread states are sampled next */
-	bool sampling;	      /* khalt: the last sample found threads to watch */
 	struct pvhint_impl *im;
 	struct pvhint_emu *gnext; /* every open emulator (glock), for fork_child */
 	struct pvhint_record *rec;

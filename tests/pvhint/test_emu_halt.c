@@ -8,6 +8,10 @@
  *     vCPU is runnable and the two share the pCPU: both accumulate steal, about half each.
  *  3. With ksleep=0 (only parked threads halt a vCPU, the old model) the same sleeping thread
  *     keeps vCPU 0 runnable and vCPU 1 loses about half its pCPU: the check in 1 can fail.
+ *  4. Liveness: rounds of threads that attach (often to a held vCPU), meet in a glibc barrier
+ *     (a kernel sleep that halts their vCPUs), spin briefly and detach, as a benchmark harness
+ *     does; a vCPU must never stay halted while its thread waits for its turn (a ctest timeout
+ *     catches a hang).
  * Shares come from the emulator's own steal accounting (time with 'preempted' set), not from the
  * loaded machine's scheduling, and the thresholds leave wide margins (< 0.1 vs about 0.5).
  */
@@ -127,10 +131,49 @@ static void run(bool khalt)
 	__atomic_store_n(&a_progress, 0, __ATOMIC_RELAXED);
 }
 
+static pthread_barrier_t bar;
+
+static void *round_thread(void *arg)
+{
+	(void)arg;
+	CHECK(!pvhint_emu_attach_next(h));
+	pthread_barrier_wait(&bar); /* futex sleep: halts the vCPU */
+	uint64_t t0 = test_now_ns();
+	while (test_now_ns() - t0 < 200000)
+		;
+	pthread_barrier_wait(&bar);
+	CHECK(!pvhint_emu_detach(h));
+	return NULL;
+}
+
+static void rounds(int n)
+{
+	CHECK(!pvhint_open(&(struct pvhint_options){.source = "emu",
+						    .emu = "vcpus=4,pcpus=2,quantum=1ms,mode=slice,"
+							   "ksleep=100us"},
+			   &h));
+	CHECK(!pthread_barrier_init(&bar, NULL, 5));
+	uint64_t t0 = test_now_ns();
+	for (int r = 0; r < n; r++) {
+		pthread_t th[4];
+		for (int i = 0; i < 4; i++)
+			CHECK(!pthread_create(&th[i], NULL, round_thread, NULL));
+		pthread_barrier_wait(&bar);
+		pthread_barrier_wait(&bar);
+		for (int i = 0; i < 4; i++)
+			CHECK(!pthread_join(th[i], NULL));
+	}
+	printf("%d attach/barrier/detach rounds in %.2f s\n", n,
+	       (double)(test_now_ns() - t0) / 1e9);
+	pthread_barrier_destroy(&bar);
+	pvhint_close(h);
+}
+
 int main(void)
 {
 	run(true);
 	run(false);
+	rounds(300);
 	/* A bad value names the key. */
 	pvhint_t *bad;
 	CHECK(pvhint_open(&(struct pvhint_options){.source = "emu", .emu = "ksleep=5us"}, &bad) ==

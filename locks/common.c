@@ -125,8 +125,7 @@ __attribute__((constructor)) static void lk_init(void)
  * into it. */
 static __thread int lk_in_hint __attribute__((tls_model("initial-exec")));
 
-int lk_park(uint32_t *addr, uint32_t val, clockid_t clk, const struct timespec *abstime,
-	    enum pvrt_lock_class cls)
+pvhint_t *lk_park_begin(enum pvrt_lock_class cls)
 {
 	pvhint_t *ph = lk_park_handle();
 	/* A ULT does not block its worker: it switches away, and the runtime reports the worker's
@@ -139,12 +138,24 @@ int lk_park(uint32_t *addr, uint32_t val, clockid_t clk, const struct timespec *
 		pvhint_thread_park(ph);
 		lk_in_hint = 0;
 	}
+	return tell ? ph : NULL;
+}
+
+void lk_park_end(pvhint_t *told)
+{
+	if (!told)
+		return;
+	lk_in_hint = 1;
+	pvhint_thread_unpark(told);
+	lk_in_hint = 0;
+}
+
+int lk_park(uint32_t *addr, uint32_t val, clockid_t clk, const struct timespec *abstime,
+	    enum pvrt_lock_class cls)
+{
+	pvhint_t *told = lk_park_begin(cls);
 	int r = pvrt_futex_wait(addr, val, clk, abstime);
-	if (tell) {
-		lk_in_hint = 1;
-		pvhint_thread_unpark(ph);
-		lk_in_hint = 0;
-	}
+	lk_park_end(told);
 	return r;
 }
 

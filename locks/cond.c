@@ -18,6 +18,17 @@
  * Destroy: 'refs' counts waiters that may still touch the condvar; destroy
  * waits until they are gone, as glibc's does, so a condvar may be destroyed
  * right after a broadcast.
+ *
+ * Cancellation (the preload's pthread_cond_*wait, plain threads): the wait is
+ * a cancellation point as in glibc. glibc acts on a deferred cancel only in a
+ * blocking call that switched to asynchronous cancellation around its system
+ * call (pthread_cancel then sends SIGCANCEL), so the waiter sleeps in the
+ * kernel futex on its node's 'state' itself, asynchronously cancellable only
+ * across that call. A cleanup handler (pthread_cleanup_push) then leaves the
+ * queue, passes on a signal the waiter already consumed, and locks the mutex
+ * again before the application's cleanup handlers run, as POSIX requires.
+ * Such a node is marked 'kernel' so that its signaller wakes the kernel futex
+ * rather than pvrt_futex.
  */
 #define _GNU_SOURCE
 #include <pvrt/cond.h>
@@ -26,7 +37,11 @@
 #include "lk_cond.h"
 
 #include <errno.h>
+#include <linux/futex.h>
+#include <pthread.h>
 #include <stddef.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 enum { WAITING = 0, CHAINED = 1, SIGNALED = 2 };
 #define C	   PVRT_LOCK_COND
@@ -34,6 +49,7 @@ enum { WAITING = 0, CHAINED = 1, SIGNALED = 2 };
 
 struct pvrt_cond_node {
 	uint32_t state;
+	bool kernel; /* the waiter sleeps in the kernel futex on 'state' (cancellable wait) */
 	struct pvrt_cond_node *next, *prev;
 	struct pvrt_cond_node *chain; /* broadcast: the waiter to signal after us */
 };
@@ -93,19 +109,157 @@ static void put_ref(pvrt_cond_t *c)
 
 static void signal_node(struct pvrt_cond_node *n)
 {
+	/* Read before the store below, after which the node may vanish. Set by its waiter before
+	 * it was queued, so visible through the queue lock (or, for a chain successor, through
+	 * the acquire of our own SIGNALED state that followed the broadcaster's queue lock). */
+	bool kernel = n->kernel;
 	/* Release: the chain link (written under the queue lock) and the signaller's writes are
 	 * visible to the woken waiter. After this store the node may vanish (its waiter may see
 	 * SIGNALED and return): the wake on a dead address is harmless, as with any futex. */
 	__atomic_store_n(&n->state, SIGNALED, __ATOMIC_RELEASE);
-	lk_wake(&n->state, 1);
+	if (kernel) {
+		int saved = errno;
+		syscall(SYS_futex, &n->state, FUTEX_WAKE | FUTEX_PRIVATE_FLAG, 1, NULL, NULL, 0);
+		errno = saved;
+	} else {
+		lk_wake(&n->state, 1);
+	}
+}
+
+/* Wait for the SIGNALED store that follows CHAINED, through the primitive the signaller wakes
+ * (not cancellable: this runs in cleanup and error paths). */
+static void park_chained(struct pvrt_cond_node *n)
+{
+	if (!n->kernel) {
+		lk_park(&n->state, CHAINED, CLOCK_MONOTONIC, NULL, C);
+		return;
+	}
+	int saved = errno;
+	syscall(SYS_futex, &n->state, FUTEX_WAIT | FUTEX_PRIVATE_FLAG, CHAINED, NULL, NULL, 0);
+	errno = saved;
+}
+
+/* Unlink n if it is still queued (under the queue lock); false if a signal took it. */
+static bool unqueue(pvrt_cond_t *c, struct pvrt_cond_node *n)
+{
+	lk_ilock(&c->lock);
+	bool queued = __atomic_load_n(&n->state, __ATOMIC_RELAXED) == WAITING;
+	if (queued) {
+		if (n->prev)
+			n->prev->next = n->next;
+		else
+			set_head(c, n->next);
+		if (n->next)
+			n->next->prev = n->prev;
+		else
+			c->tail = n->prev;
+	}
+	lk_iunlock(&c->lock);
+	return queued;
+}
+
+/* A waiter leaving without returning 0 (mutex error, cancellation): if a signal or broadcast
+ * already took it, wait for the imminent SIGNALED store and pass the wake-up on, so that
+ * neither the signal nor the rest of a broadcast chain is lost. Then drop the reference. */
+static void withdraw(pvrt_cond_t *c, struct pvrt_cond_node *n)
+{
+	if (!unqueue(c, n)) {
+		/* Acquire: pairs with signal_node's release store (n->chain is visible). */
+		while (__atomic_load_n(&n->state, __ATOMIC_ACQUIRE) != SIGNALED)
+			park_chained(n);
+		if (n->chain)
+			signal_node(n->chain);
+		pvrt_cond_signal(c);
+	}
+	put_ref(c);
+}
+
+/* The state of a cancellable wait, read by its cleanup handler. */
+struct cwait {
+	pvrt_cond_t *c;
+	void *m;
+	lk_mutex_op lock;
+	struct pvrt_cond_node *n;
+	pvhint_t *told; /* inside lk_park_begin/end: the handle told, else NULL */
+};
+
+/* Runs when the waiter is cancelled in kwait (glibc unwinds to the frame that pushed it). */
+static void cancel_cleanup(void *p)
+{
+	struct cwait *w = p;
+	lk_park_end(w->told);
+	withdraw(w->c, w->n);
+	lk_stat(C, LK_ACQ);
+	/* POSIX: the mutex is held again when the application's cleanup handlers run. An error
+	 * (not possible for a mutex we held when waiting) cannot be reported from here. */
+	(void)w->lock(w->m);
+}
+
+/* Sleep in the kernel while n->state == s, asynchronously cancellable across the call only. */
+static int kwait(struct cwait *w, uint32_t s, clockid_t clk, const struct timespec *abs)
+{
+	int op = FUTEX_WAIT_BITSET | FUTEX_PRIVATE_FLAG;
+	if (clk == CLOCK_REALTIME)
+		op |= FUTEX_CLOCK_REALTIME;
+	int saved = errno, old;
+	/* Volatile: the cleanup handler reads it after an asynchronous cancel. */
+	*(pvhint_t *volatile *)&w->told = lk_park_begin(C);
+	/* A cancel that is already pending acts inside this call (the cleanup handler runs). */
+	pthread_setcanceltype(PTHREAD_CANCEL_ASYNCHRONOUS, &old);
+	long r = syscall(SYS_futex, &w->n->state, op, s, abs, NULL, FUTEX_BITSET_MATCH_ANY);
+	int err = r == 0 ? 0 : errno;
+	pthread_setcanceltype(old, NULL);
+	lk_park_end(w->told);
+	*(pvhint_t *volatile *)&w->told = NULL;
+	errno = saved;
+	return -err;
+}
+
+/* Wait until n is signalled (0) or the deadline passes while it is still queued (-ETIMEDOUT).
+ * w: a cancellable wait in the kernel, else NULL (lk_park). */
+static int wait_signal(pvrt_cond_t *c, struct pvrt_cond_node *n, clockid_t clk,
+		       const struct timespec *abs, struct cwait *w)
+{
+	for (;;) {
+		/* Acquire: pairs with signal_node's release store. */
+		uint32_t s = __atomic_load_n(&n->state, __ATOMIC_ACQUIRE);
+		if (s == SIGNALED)
+			return 0;
+		int r;
+		if (abs && abs->tv_sec < 0)
+			r = -ETIMEDOUT;
+		else if (w)
+			r = kwait(w, s, clk, abs);
+		else
+			r = lk_park(&n->state, s, clk, abs, C);
+		if (r != -ETIMEDOUT)
+			continue;
+		if (unqueue(c, n))
+			return -ETIMEDOUT;
+		abs = NULL; /* being woken: wait for it without a limit */
+		clk = CLOCK_MONOTONIC;
+	}
+}
+
+static int wait_cancellable(pvrt_cond_t *c, void *m, lk_mutex_op lock, struct pvrt_cond_node *n,
+			    clockid_t clk, const struct timespec *abs)
+{
+	struct cwait w = {.c = c, .m = m, .lock = lock, .n = n};
+	int result;
+	pthread_cleanup_push(cancel_cleanup, &w);
+	result = wait_signal(c, n, clk, abs, &w);
+	pthread_cleanup_pop(0);
+	return result;
 }
 
 int lk_cond_wait(pvrt_cond_t *c, void *m, lk_mutex_op unlock, lk_mutex_op lock, clockid_t clk,
-		 const struct timespec *abs)
+		 const struct timespec *abs, bool cancellable)
 {
 	if (abs && !lk_valid_timespec(abs))
 		return -EINVAL;
-	struct pvrt_cond_node n = {.state = WAITING};
+	/* A ULT blocks through pvrt_futex (it switches away); cancellation is for threads. */
+	bool kernel = cancellable && !lk_self_ult();
+	struct pvrt_cond_node n = {.state = WAITING, .kernel = kernel};
 
 	lk_ilock(&c->lock);
 	n.prev = c->tail;
@@ -120,59 +274,13 @@ int lk_cond_wait(pvrt_cond_t *c, void *m, lk_mutex_op unlock, lk_mutex_op lock, 
 
 	int err = unlock(m);
 	if (err) {
-		/* Not the owner (errorcheck/recursive): leave as if never queued, unless a
-		 * signal already took us, in which case pass it on to the next waiter. */
-		lk_ilock(&c->lock);
-		bool queued = __atomic_load_n(&n.state, __ATOMIC_RELAXED) == WAITING;
-		if (queued) {
-			if (n.prev)
-				n.prev->next = n.next;
-			else
-				set_head(c, n.next);
-			if (n.next)
-				n.next->prev = n.prev;
-			else
-				c->tail = n.prev;
-		}
-		lk_iunlock(&c->lock);
-		if (!queued) {
-			while (__atomic_load_n(&n.state, __ATOMIC_ACQUIRE) != SIGNALED)
-				lk_park(&n.state, CHAINED, CLOCK_MONOTONIC, NULL, C);
-			if (n.chain)
-				signal_node(n.chain);
-			pvrt_cond_signal(c);
-		}
-		put_ref(c);
+		/* Not the owner (errorcheck/recursive): leave as if never queued. */
+		withdraw(c, &n);
 		return err;
 	}
 
-	int result = 0;
-	for (;;) {
-		/* Acquire: pairs with signal_node's release store. */
-		uint32_t s = __atomic_load_n(&n.state, __ATOMIC_ACQUIRE);
-		if (s == SIGNALED)
-			break;
-		int r = abs && abs->tv_sec < 0 ? -ETIMEDOUT : lk_park(&n.state, s, clk, abs, C);
-		if (r != -ETIMEDOUT)
-			continue;
-		lk_ilock(&c->lock);
-		if (__atomic_load_n(&n.state, __ATOMIC_RELAXED) == WAITING) {
-			if (n.prev)
-				n.prev->next = n.next;
-			else
-				set_head(c, n.next);
-			if (n.next)
-				n.next->prev = n.prev;
-			else
-				c->tail = n.prev;
-			result = -ETIMEDOUT;
-		}
-		lk_iunlock(&c->lock);
-		if (result)
-			break;
-		abs = NULL; /* being woken: wait for it without a limit */
-		clk = CLOCK_MONOTONIC;
-	}
+	int result = kernel ? wait_cancellable(c, m, lock, &n, clk, abs)
+			    : wait_signal(c, &n, clk, abs, NULL);
 	put_ref(c);
 
 	lk_stat(C, LK_ACQ);
@@ -195,7 +303,7 @@ static int mutex_lock_op(void *m)
 
 int pvrt_cond_wait(pvrt_cond_t *c, pvrt_mutex_t *m)
 {
-	return lk_cond_wait(c, m, mutex_unlock_op, mutex_lock_op, CLOCK_MONOTONIC, NULL);
+	return lk_cond_wait(c, m, mutex_unlock_op, mutex_lock_op, CLOCK_MONOTONIC, NULL, false);
 }
 
 int pvrt_cond_timedwait(pvrt_cond_t *c, pvrt_mutex_t *m, const struct timespec *abstime)
@@ -204,7 +312,7 @@ int pvrt_cond_timedwait(pvrt_cond_t *c, pvrt_mutex_t *m, const struct timespec *
 		return -EINVAL;
 	clockid_t clk =
 	    __atomic_load_n(&c->clock, __ATOMIC_RELAXED) ? CLOCK_MONOTONIC : CLOCK_REALTIME;
-	return lk_cond_wait(c, m, mutex_unlock_op, mutex_lock_op, clk, abstime);
+	return lk_cond_wait(c, m, mutex_unlock_op, mutex_lock_op, clk, abstime, false);
 }
 
 int pvrt_cond_clockwait(pvrt_cond_t *c, pvrt_mutex_t *m, clockid_t clk,
@@ -212,7 +320,7 @@ int pvrt_cond_clockwait(pvrt_cond_t *c, pvrt_mutex_t *m, clockid_t clk,
 {
 	if (!lk_valid_clock(clk) || !abstime)
 		return -EINVAL;
-	return lk_cond_wait(c, m, mutex_unlock_op, mutex_lock_op, clk, abstime);
+	return lk_cond_wait(c, m, mutex_unlock_op, mutex_lock_op, clk, abstime, false);
 }
 
 int pvrt_cond_signal(pvrt_cond_t *c)

@@ -32,6 +32,8 @@
 #define LK_SPIN_NS	 20000ull
 #define LK_SPIN_BLIND_NS 3000ull
 #define LK_BACKOFF_MAX	 16
+/* A vCPU whose steal time grew this recently shares its physical CPU (see mutex.c). */
+#define LK_STEAL_RECENT_NS 10000000ull
 /* pthread_spin users expect spinning: a spinlock waiter spins longer before parking. */
 #define LK_SPINLOCK_SPIN_NS 100000ull
 
@@ -62,13 +64,11 @@ static inline void lk_backoff(unsigned *b)
 		*b <<= 1;
 }
 
-/* ---- the runtime (runtime/internal.h; hidden in libpvrt and the preload) ---- */
-struct pvrt_ult;
-/* The calling ULT, NULL in a thread that is not a ULT. */
-struct pvrt_ult *pvrt_ult_current(void);
-struct pvrt_worker;
-extern __thread struct pvrt_worker *pvrt_tls_worker
-    __attribute__((tls_model("initial-exec"), visibility("hidden")));
+/* ---- the runtime ----
+ * Its internal header declares what the locks use: pvrt_tls_worker (initial-exec TLS, hidden in
+ * libpvrt and the preload), pvrt_ult_current(), pvrt_ult_try_yield_to(), pvrt_worker_vcpu(). */
+#include "internal.h"
+
 /* pvrt_ult_current() without a call for threads that are not workers (the common case for
  * pthread programs). Only for use at the start of a lock call: a worker's ULT may move to another
  * worker at any switch, so the test must not be reused after one. */
@@ -76,12 +76,6 @@ static inline struct pvrt_ult *lk_self_ult(void)
 {
 	return __builtin_expect(pvrt_tls_worker == NULL, 1) ? NULL : pvrt_ult_current();
 }
-/* If u is queued ready (not running), switch to it now; true if it ran. Descriptors are
- * type-stable while the runtime lives, so a stale u is harmless. */
-bool pvrt_ult_try_yield_to(struct pvrt_ult *u);
-/* The calling worker's vCPU, else the vCPU the thread runs on. */
-int pvrt_worker_vcpu(void);
-
 /* ---- hints ---- */
 extern pvhint_t *lk_hints_ptr;
 pvhint_t *lk_hints_slow(void);
@@ -99,10 +93,6 @@ static inline bool lk_vcpu1_preempted(pvhint_t *h, uint32_t v1)
 {
 	return v1 != 0 && pvhint_vcpu_preempted(h, v1 - 1);
 }
-
-/* libpvhint is always loaded with us (a DT_NEEDED dependency), so its TLS is in the static block
- * and the initial-exec model saves a __tls_get_addr call on every acquisition. */
-extern __thread int pvhint_tls_vcpu __attribute__((tls_model("initial-exec")));
 
 /* The caller's vCPU + 1, for owner records. u: the caller's ULT (pvrt_ult_current()) or NULL.
  * A ULT reports its worker's vCPU, read through a call because a ULT may have moved to another
@@ -146,6 +136,12 @@ static inline int lk_self_id(struct pvrt_ult *u)
  */
 int lk_park(uint32_t *addr, uint32_t val, clockid_t clk, const struct timespec *abstime,
 	    enum pvrt_lock_class cls);
+
+/* lk_park in two halves, for waits that do not go through pvrt_futex_wait (the cancellable
+ * condvar wait): begin counts the park and tells the hint source (returns whether it told);
+ * end takes begin's result (the handle told, or NULL). */
+pvhint_t *lk_park_begin(enum pvrt_lock_class cls);
+void lk_park_end(pvhint_t *told);
 
 static inline int lk_wake(uint32_t *addr, int n)
 {

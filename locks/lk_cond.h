@@ -6,12 +6,15 @@
 
 #include <pvrt/cond.h>
 
+#include <stdbool.h>
 #include <time.h>
 
 typedef int (*lk_mutex_op)(void *m); /* 0 or a negative errno */
 
-/* abs NULL: no limit; clk must be valid (callers check). */
+/* abs NULL: no limit; clk must be valid (callers check). cancellable: the wait is a
+ * cancellation point with glibc's semantics (pthread_cancel; the mutex is locked again before
+ * cleanup handlers run). */
 int lk_cond_wait(pvrt_cond_t *c, void *m, lk_mutex_op unlock, lk_mutex_op lock, clockid_t clk,
-		 const struct timespec *abs);
+		 const struct timespec *abs, bool cancellable);
 
 #endif /* PVRT_LOCKS_LK_COND_H */

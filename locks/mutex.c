@@ -99,6 +99,35 @@ static uint32_t blind_store(uint64_t est_ns)
 }
 
 /*
+ * Is our own vCPU sharing its physical CPU? Its steal time grew within the last
+ * LK_STEAL_RECENT_NS. Then a long spin is not free: while we spin, a vCPU that
+ * waits for our physical CPU does not run, whereas a parked thread's vCPU halts
+ * and gives the CPU away at once. Such a spinner uses the adaptive budget of
+ * the blind case (it still stops at once when the owner's vCPU is preempted).
+ * One racy load of the steal field (only a change matters, so no consistent
+ * read is needed) and a clock read, on the contended path only. The last seen
+ * value is per kernel thread, i.e. per worker for ULTs, whose vCPU it is.
+ */
+static __thread uint64_t lk_steal_seen __attribute__((tls_model("initial-exec")));
+static __thread uint64_t lk_steal_at __attribute__((tls_model("initial-exec")));
+static bool own_vcpu_shared(pvhint_t *h, struct pvrt_ult *u)
+{
+	if (!(h->valid & PVHINT_VALID_STEAL))
+		return false;
+	unsigned v = lk_self_vcpu1(u) - 1;
+	if (v >= pvhint_nr_vcpus(h))
+		return false;
+	/* Relaxed: a hint compared for change only; a torn or stale value costs one decision. */
+	uint64_t st = __atomic_load_n(&h->rec[v].steal, __ATOMIC_RELAXED);
+	uint64_t now = lk_now_ns();
+	if (st != lk_steal_seen) {
+		lk_steal_seen = st;
+		lk_steal_at = now;
+	}
+	return lk_steal_at != 0 && now - lk_steal_at < LK_STEAL_RECENT_NS;
+}
+
+/*
  * Spin on the word while that can win: we are the only spinner, the owner's
  * vCPU is not preempted, no hand-off is pending, and the budget lasts.
  * 'extra' is WAITERS once the caller has parked (see the header comment).
@@ -112,7 +141,7 @@ static bool spin_acquire(pvrt_mutex_t *m, uint32_t extra, struct pvrt_ult *self)
 					 __ATOMIC_RELAXED, __ATOMIC_RELAXED))
 		return false;
 	pvhint_t *h = lk_hints();
-	bool blind = !(h->valid & PVHINT_VALID_PREEMPTED);
+	bool blind = !(h->valid & PVHINT_VALID_PREEMPTED) || own_vcpu_shared(h, self);
 	uint64_t est = blind_estimate(slot);
 	uint64_t budget = blind ? 2 * est + 500 : LK_SPIN_NS;
 	if (budget > LK_SPIN_BLIND_NS && blind)

@@ -244,7 +244,7 @@ EXPORT int pthread_cond_wait(pthread_cond_t *c, pthread_mutex_t *m)
 {
 	if (cond_foreign(c))
 		return CALL_REAL(pthread_cond_wait, c, m);
-	return -lk_cond_wait(PC(c), m, op_unlock, op_lock, CLOCK_MONOTONIC, NULL);
+	return -lk_cond_wait(PC(c), m, op_unlock, op_lock, CLOCK_MONOTONIC, NULL, true);
 }
 
 EXPORT int pthread_cond_timedwait(pthread_cond_t *c, pthread_mutex_t *m, const struct timespec *abs)
@@ -253,7 +253,7 @@ EXPORT int pthread_cond_timedwait(pthread_cond_t *c, pthread_mutex_t *m, const s
 		return CALL_REAL(pthread_cond_timedwait, c, m, abs);
 	clockid_t clk =
 	    __atomic_load_n(&PC(c)->clock, __ATOMIC_RELAXED) ? CLOCK_MONOTONIC : CLOCK_REALTIME;
-	return -lk_cond_wait(PC(c), m, op_unlock, op_lock, clk, abs);
+	return -lk_cond_wait(PC(c), m, op_unlock, op_lock, clk, abs, true);
 }
 
 EXPORT int pthread_cond_clockwait(pthread_cond_t *c, pthread_mutex_t *m, clockid_t clk,
@@ -263,7 +263,7 @@ EXPORT int pthread_cond_clockwait(pthread_cond_t *c, pthread_mutex_t *m, clockid
 		return CALL_REAL(pthread_cond_clockwait, c, m, clk, abs);
 	if (!lk_valid_clock(clk))
 		return EINVAL;
-	return -lk_cond_wait(PC(c), m, op_unlock, op_lock, clk, abs);
+	return -lk_cond_wait(PC(c), m, op_unlock, op_lock, clk, abs, true);
 }
 
 EXPORT int pthread_cond_signal(pthread_cond_t *c)

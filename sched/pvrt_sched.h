@@ -35,7 +35,8 @@ struct pvrt_sched_view {
 /* Who is asking: the worker running the caller (-1 for a foreign thread) and its random state. */
 struct pvrt_sched_caller {
 	int worker;
-	uint64_t *rng; /* per-worker xorshift state, for policies that want randomness */
+	uint64_t *rng; /* two words of per-caller state: rng[0] for pvrt_sched_rand(), rng[1] free
+			* for the policy (random keeps its steal round's start there) */
 };
 
 struct pvrt_sched_policy {

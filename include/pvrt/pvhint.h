@@ -90,8 +90,10 @@ PVRT_API uint64_t pvhint_steal(const pvhint_t *h, unsigned v);
 
 /* ---- which vCPU the calling thread is on ---- */
 
-/* The emulated vCPU this thread is attached to, or -1 (private to libpvhint; read inline). */
-PVRT_API extern __thread int pvhint_tls_vcpu;
+/* The emulated vCPU this thread is attached to, or -1 (private to libpvhint; read inline).
+ * Initial-exec, as defined: libpvhint is loaded with the program or a library that needs it,
+ * so its TLS is in the static block and a read costs no __tls_get_addr call. */
+PVRT_API extern __thread int pvhint_tls_vcpu __attribute__((tls_model("initial-exec")));
 
 /* sched_getcpu(), for kernels or glibc tunables without rseq. */
 PVRT_API int pvhint_cpu_slow(void);

@@ -20,17 +20,25 @@
  *
  * Contract for the kernel (kvm) source
  * ------------------------------------
- *  - Device: a misc character device, PVHINT_DEV_PATH ("/dev/pvhint"), whose
- *    mmap() at offset 0 returns the header page followed by the record pages.
- *    The total size is header_size + round_up(nr_records * record_stride,
- *    page size). Mappings are shared and read-only: PROT_WRITE or PROT_EXEC,
- *    mprotect() to either, mremap() growth and offsets or lengths beyond the
- *    area fail (EPERM/EINVAL/ENXIO). A reader maps the header page first,
- *    checks magic and abi_version, then maps the whole area.
+ *  - Device: a misc character device, PVHINT_DEV_PATH ("/dev/pvhint", mode 0444,
+ *    present only when the host offers steal time), whose mmap() at offset 0
+ *    returns the header page followed by the record pages themselves (no
+ *    copy). The total size is header_size + round_up(nr_records *
+ *    record_stride, page size). Mappings are shared and read-only: PROT_EXEC
+ *    fails with EPERM, PROT_WRITE with EACCES (the device opens O_RDONLY) or
+ *    EPERM, mprotect() to write or execute with EACCES, mremap() growth with
+ *    EFAULT, and offsets or lengths beyond the area with ENXIO. A reader maps
+ *    the header page first, checks magic and abi_version, then maps the whole
+ *    area.
  *  - The header is written once at boot and never changes afterwards, except
  *    'valid', which may gain bits when the host starts providing a field
  *    (e.g. after a CPU comes online); readers must tolerate that.
- *  - Records of possible but offline CPUs are all zero.
+ *  - is_idle is provided when the host offers KVM_FEATURE_PCPU_IS_IDLE
+ *    (CPUID 0x40000001 bit 18, host-patches/; QEMU passes it to a guest with
+ *    -cpu host,migratable=no); the header then has PVHINT_VALID_IS_IDLE.
+ *  - Records of CPUs that never came online are all zero. A CPU taken offline
+ *    keeps its last values (zeroing them would restart the host's steal at 0
+ *    and make the guest account a huge steal delta when the CPU returns).
  *  - No kernel pointer or other kernel data appears in the mapping; it reveals
  *    only this VM's own steal-time data, so any local user may read it.
  *

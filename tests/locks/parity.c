@@ -353,6 +353,179 @@ static void test_cond(void)
 	R("cond destroy after broadcast", pthread_cond_destroy(&cv));
 }
 
+/* ---- cancellation inside a condvar wait ----
+ * POSIX: the mutex is held again when the cancelled waiter's cleanup handlers run. The handler
+ * unlocks an errorcheck mutex: 0 if it was held, EPERM if not. */
+static pthread_mutex_t xm = PTHREAD_ERRORCHECK_MUTEX_INITIALIZER_NP;
+static pthread_cond_t xc = PTHREAD_COND_INITIALIZER;
+static int x_waiting, x_unlock_result, x_kind;
+
+static void x_cleanup(void *p)
+{
+	(void)p;
+	x_unlock_result = pthread_mutex_unlock(&xm);
+}
+
+static void *x_waiter(void *p)
+{
+	(void)p;
+	pthread_mutex_lock(&xm);
+	x_waiting = 1;
+	pthread_cleanup_push(x_cleanup, NULL);
+	struct timespec ts;
+	for (;;) { /* never signalled: only the cancel ends the wait */
+		if (x_kind == 0) {
+			pthread_cond_wait(&xc, &xm);
+		} else if (x_kind == 1) {
+			ts = in_ms(CLOCK_REALTIME, 60000);
+			pthread_cond_timedwait(&xc, &xm, &ts);
+		} else {
+			ts = in_ms(CLOCK_MONOTONIC, 60000);
+			pthread_cond_clockwait(&xc, &xm, CLOCK_MONOTONIC, &ts);
+		}
+	}
+	pthread_cleanup_pop(1);
+	return NULL;
+}
+
+static void test_cond_cancel(void)
+{
+	static const char *const kinds[] = {"wait", "timedwait", "clockwait"};
+	for (x_kind = 0; x_kind < 3; x_kind++) {
+		for (int hold = 0; hold < 2; hold++) {
+			x_waiting = 0;
+			x_unlock_result = -1;
+			pthread_t t;
+			pthread_create(&t, NULL, x_waiter, NULL);
+			/* Once we hold xm with x_waiting set, the waiter is inside the wait. */
+			for (;;) {
+				pthread_mutex_lock(&xm);
+				if (x_waiting)
+					break;
+				pthread_mutex_unlock(&xm);
+				usleep(1000);
+			}
+			if (!hold) {
+				pthread_mutex_unlock(&xm);
+				usleep(20000); /* usually asleep in the kernel by now */
+			}
+			int rc = pthread_cancel(t);
+			if (hold)
+				pthread_mutex_unlock(
+				    &xm); /* the waiter relocks it after the cancel */
+			void *ret = NULL;
+			pthread_join(t, &ret);
+			char name[64];
+			snprintf(name, sizeof(name), "cancel in cond %s%s", kinds[x_kind],
+				 hold ? " (mutex held)" : "");
+			printf("%-44s cancel=%d canceled=%d handler unlock=%s\n", name, rc,
+			       ret == PTHREAD_CANCELED,
+			       x_unlock_result == 0 ? "0" : strerrorname_np(x_unlock_result));
+			R("  mutex free after cancel (trylock)", pthread_mutex_trylock(&xm));
+			R("  unlock", pthread_mutex_unlock(&xm));
+		}
+	}
+	R("cond destroy after cancelled waiters", pthread_cond_destroy(&xc));
+}
+
+/* A waiter cancelled after a signal chose it must pass the signal on: two waiters wait for a
+ * token, one signal is sent and one waiter cancelled at once; the token must not be left with
+ * the other waiter asleep. */
+static pthread_mutex_t ym = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t yc = PTHREAD_COND_INITIALIZER;
+static int y_tokens, y_waiting, y_stop, y_returned;
+
+static void y_unlock(void *p)
+{
+	(void)p;
+	pthread_mutex_unlock(&ym);
+}
+
+static void *y_waiter(void *p)
+{
+	(void)p;
+	pthread_mutex_lock(&ym);
+	pthread_cleanup_push(y_unlock, NULL);
+	y_waiting++;
+	while (!y_tokens && !y_stop)
+		pthread_cond_wait(&yc, &ym);
+	if (y_tokens)
+		y_tokens--;
+	y_returned++;
+	pthread_cleanup_pop(1);
+	return NULL;
+}
+
+static void test_cond_cancel_signal(void)
+{
+	int lost = 0;
+	for (int i = 0; i < 20; i++) {
+		pthread_t a, b;
+		y_tokens = y_waiting = y_stop = 0;
+		pthread_create(&a, NULL, y_waiter, NULL);
+		pthread_create(&b, NULL, y_waiter, NULL);
+		for (;;) {
+			pthread_mutex_lock(&ym);
+			if (y_waiting == 2)
+				break;
+			pthread_mutex_unlock(&ym);
+			usleep(1000);
+		}
+		pthread_mutex_unlock(&ym);
+		usleep(i % 2 ? 5000 : 0); /* asleep in the kernel, or maybe not yet */
+		pthread_mutex_lock(&ym);
+		y_tokens = 1;
+		pthread_cond_signal(&yc);
+		pthread_cancel(a);
+		pthread_mutex_unlock(&ym);
+		pthread_join(a, NULL);
+		int left = 1;
+		for (int t = 0; t < 2000 && left; t++) { /* up to 2 s for b to take it */
+			pthread_mutex_lock(&ym);
+			left = y_tokens;
+			pthread_mutex_unlock(&ym);
+			if (left)
+				usleep(1000);
+		}
+		lost += left;
+		pthread_mutex_lock(&ym);
+		y_stop = 1;
+		pthread_cond_broadcast(&yc);
+		pthread_mutex_unlock(&ym);
+		pthread_join(b, NULL);
+	}
+	printf("%-44s %d\n", "cancelled waiter: signals lost (of 20)", lost);
+
+	/* Broadcast, then cancel the middle one of three waiters before any can return (we hold
+	 * the mutex): the cancelled one must not break the wake-up of the third. */
+	pthread_t t[3];
+	y_tokens = y_waiting = y_stop = y_returned = 0;
+	for (int i = 0; i < 3; i++) {
+		pthread_create(&t[i], NULL, y_waiter, NULL);
+		for (;;) { /* queue them in order: t[i] waits before t[i+1] starts */
+			pthread_mutex_lock(&ym);
+			if (y_waiting == i + 1)
+				break;
+			pthread_mutex_unlock(&ym);
+			usleep(1000);
+		}
+		pthread_mutex_unlock(&ym);
+	}
+	usleep(5000);
+	pthread_mutex_lock(&ym);
+	y_stop = 1;
+	pthread_cond_broadcast(&yc);
+	pthread_cancel(t[1]);
+	pthread_mutex_unlock(&ym);
+	void *r1 = NULL;
+	for (int i = 0; i < 3; i++)
+		pthread_join(t[i], i == 1 ? &r1 : NULL);
+	/* Whether the middle one returned (glibc wakes it at once; it may leave before the cancel
+	 * acts) or was cancelled varies; that all three ended and the others returned does not. */
+	printf("%-44s %d\n", "broadcast, cancel middle waiter: all ended",
+	       y_returned + (r1 == PTHREAD_CANCELED) == 3);
+}
+
 static void test_rwlock(void)
 {
 	pthread_rwlock_t rw = PTHREAD_RWLOCK_INITIALIZER;
@@ -472,6 +645,8 @@ int main(int argc, char **argv)
 	test_mutex();
 	test_foreign_mutexes();
 	test_cond();
+	test_cond_cancel();
+	test_cond_cancel_signal();
 	test_rwlock();
 	test_barrier_spin();
 	printf("%-44s %d\n", "calls that changed errno", errno_changes);

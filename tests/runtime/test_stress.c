@@ -105,6 +105,34 @@ static void *chain_fn(void *a)
 	return NULL;
 }
 
+/*
+ * The claim protocol under pressure: more ULTs than a ring holds (overflow into injection queues),
+ * all yielding to random peers across workers (stale ring entries everywhere). Each ULT marks
+ * itself running while between switches: a ULT resumed twice would find its own mark set.
+ */
+#define CLAIMERS 600
+static pvrt_thread_t claimers[CLAIMERS];
+static uint32_t claim_running[CLAIMERS];
+static uint32_t claim_go;
+
+static void *claimer(void *a)
+{
+	uintptr_t i = (uintptr_t)a;
+	unsigned seed = (unsigned)i * 7919u + 1;
+	while (!__atomic_load_n(&claim_go, __ATOMIC_ACQUIRE))
+		pvrt_thread_yield();
+	for (int k = 0; k < (tiny ? 30 : 300); k++) {
+		CHECK_EQ(__atomic_exchange_n(&claim_running[i], 1, __ATOMIC_ACQ_REL), 0);
+		pvrt_thread_t peer = claimers[rand_r(&seed) % CLAIMERS];
+		__atomic_store_n(&claim_running[i], 0, __ATOMIC_RELEASE);
+		if (k & 1)
+			CHECK_EQ(pvrt_thread_yield_to(peer), 0);
+		else
+			CHECK_EQ(pvrt_thread_yield(), 0);
+	}
+	return NULL;
+}
+
 struct foreign_arg {
 	long count;
 };
@@ -163,6 +191,12 @@ int main(int argc, char **argv)
 		CHECK_EQ(pvrt_thread_join(chain[i], NULL), 0);
 	for (int i = 0; i < CHAIN; i++)
 		CHECK_EQ(chain_hits[i], 50);
+
+	for (int i = 0; i < CLAIMERS; i++)
+		CHECK_EQ(pvrt_thread_create(&claimers[i], NULL, claimer, (void *)(uintptr_t)i), 0);
+	__atomic_store_n(&claim_go, 1, __ATOMIC_RELEASE);
+	for (int i = 0; i < CLAIMERS; i++)
+		CHECK_EQ(pvrt_thread_join(claimers[i], NULL), 0);
 
 	struct foreign_arg fa = {0};
 	pthread_t th[3];

@@ -3,9 +3,10 @@
  * The overcommit emulator (source emu): V vCPUs on P physical CPUs, inside the process.
  *
  * Model. Threads attach to a vCPU (pvhint_emu_attach). A vCPU is runnable while at least one of
- * its threads is not parked (pvhint_thread_park/unpark bracket the runtime's blocking waits), and
- * halted otherwise, as a guest vCPU that executed HLT. vCPU v lives on pCPU v % P. A control
- * thread runs the mode:
+ * its threads is neither parked (pvhint_thread_park/unpark bracket the runtime's blocking waits)
+ * nor, in slice and noisy modes, seen sleeping in the kernel by the ksleep sampling
+ * (sample_threads), and halted otherwise, as a guest vCPU that executed HLT. vCPU v lives on
+ * pCPU v % P. A control thread runs the mode:
  *   slice   each pCPU round-robins over its runnable vCPUs, one quantum each; a vCPU that halts
  *           gives the pCPU to the next runnable one at once; a halted vCPU that wakes on a busy
  *           pCPU waits for its turn (the stranded wake-up of real overcommit).
@@ -52,6 +53,8 @@
  *     restarted by SA_RESTART and unaffected.
  * A thread that blocks the stop signal is not stopped (the ack times out; counted).
  *
+ * fork(): the emulators a child inherits are inert there (see fork_child).
+ *
  * Lifetime. Each attached thread owns its struct emu_thr (freed by itself at detach or thread
  * exit); the handler only touches the calling thread's own record, read from initial-exec TLS.
  * Closing the emulator orphans the records and releases every hold; the stop handler is
@@ -70,6 +73,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <ucontext.h>
@@ -96,6 +100,8 @@ static const int stop_cookie; /* si_value of our stop signals: tells them from a
 
 static pthread_once_t key_once = PTHREAD_ONCE_INIT;
 static pthread_key_t exit_key;
+static struct pvhint_emu *emu_list; /* every open emulator (glock), for fork_child */
+static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
 
 static uint64_t now_ns(void)
 {
@@ -132,9 +138,29 @@ static inline struct pvhint_emu *thr_emu(const struct emu_thr *t)
 	return __atomic_load_n(&t->emu, __ATOMIC_RELAXED);
 }
 
-static inline bool runnable(const struct emu_vcpu *vc)
+/*
+ * Runnable: some attached thread may run user code. Parked threads are known not to; with khalt,
+ * neither are threads last seen sleeping in the kernel (a guest vCPU whose tasks all sleep
+ * executes HLT and gives its pCPU up). The ksleep part is a sampled hint: it only decides whom the
+ * model gives a pCPU to; whether a held thread gets stopped never depends on it (send_stop reads
+ * the state again, and sample_threads keeps polling sleeping threads of held vCPUs).
+ */
+static inline bool runnable(const struct pvhint_emu *e, const struct emu_vcpu *vc)
 {
-	return vc->nr_att > vc->nr_parked;
+	return vc->nr_att > vc->nr_parked + (e->khalt ? vc->nr_ksleep : 0);
+}
+
+/* Record t's sampled kernel state (emu->lock held). */
+static void set_ksleep(struct pvhint_emu *e, struct emu_vcpu *vc, struct emu_thr *t, bool sl)
+{
+	if (t->ksleep == sl)
+		return;
+	t->ksleep = sl;
+	if (sl)
+		vc->nr_ksleep++;
+	else
+		vc->nr_ksleep--;
+	e->dirty = true;
 }
 
 static void wait_hold(struct emu_thr *t);
@@ -400,8 +426,8 @@ static void publish(struct pvhint_emu *e, uint64_t now)
 		e->busy[p] = false;
 	for (unsigned v = 0; v < V; v++) {
 		struct emu_vcpu *vc = &e->vc[v];
-		set_pre(e, v, vc->desched && runnable(vc), now);
-		if (runnable(vc) && !vc->desched)
+		set_pre(e, v, vc->desched && runnable(e, vc), now);
+		if (runnable(e, vc) && !vc->desched)
 			e->busy[v % P] = true;
 	}
 	for (unsigned v = 0; v < V; v++) {
@@ -414,12 +440,13 @@ static void publish(struct pvhint_emu *e, uint64_t now)
 /* ---- stopping and releasing a vCPU's threads (emu->lock held) ---- */
 
 /* Is t blocked in the kernel (so not running user code)? From its /proc stat state letter. */
-static bool in_kernel_wait(const struct emu_thr *t)
+static bool in_kernel_wait(struct emu_vcpu *vc, const struct emu_thr *t)
 {
 	char buf[512];
 
 	if (t->statfd < 0)
 		return false;
+	vc->samples++;
 	ssize_t n = pread(t->statfd, buf, sizeof(buf) - 1, 0);
 	if (n <= 0)
 		return false;
@@ -434,13 +461,26 @@ static bool send_stop(struct pvhint_emu *e, struct emu_vcpu *vc, struct emu_thr 
 	if (__atomic_load_n(&t->state, __ATOMIC_SEQ_CST) != THR_RUN)
 		return false; /* parked (unpark checks hold) or already stopping (handler re-checks)
 			       */
-	if (in_kernel_wait(t)) {
-		if (!t->kblocked)
-			vc->kernel_skips++;
-		t->kblocked = true; /* polled by the control thread while the vCPU is held */
+	/*
+	 * Blocked in wait_hold(): runs no user code while hold is set. seq_cst: Dekker with
+	 * wait_hold, which clears in_hold and then re-reads hold (we stored hold = 1 before).
+	 */
+	if (__atomic_load_n(&t->in_hold, __ATOMIC_SEQ_CST)) {
+		set_ksleep(e, vc, t, false); /* waiting for its turn: runnable */
 		return false;
 	}
-	t->kblocked = false;
+	if (in_kernel_wait(vc, t)) {
+		/* Asleep in wait_hold() (entered since the load above): runnable, see above. */
+		if (__atomic_load_n(&t->in_hold, __ATOMIC_SEQ_CST)) {
+			set_ksleep(e, vc, t, false);
+			return false;
+		}
+		if (!t->ksleep)
+			vc->kernel_skips++;
+		set_ksleep(e, vc, t, true); /* polled by the control thread while held */
+		return false;
+	}
+	set_ksleep(e, vc, t, false);
 	uint32_t run = THR_RUN;
 	if (!__atomic_compare_exchange_n(&t->state, &run, THR_STOPREQ, false, __ATOMIC_SEQ_CST,
 					 __ATOMIC_RELAXED))
@@ -461,7 +501,6 @@ static bool send_stop(struct pvhint_emu *e, struct emu_vcpu *vc, struct emu_thr 
 					    __ATOMIC_RELAXED);
 		return false;
 	}
-	(void)e;
 	return true;
 }
 
@@ -534,7 +573,9 @@ static void run_vcpu(struct pvhint_emu *e, unsigned v, uint64_t now)
 	vc->desched = false;
 	vc->until = 0;
 	for (struct emu_thr *t = vc->threads; t; t = t->next) {
-		t->kblocked = false;
+		/* Script: only held vCPUs are polled. With khalt the sampling goes on. */
+		if (!e->khalt)
+			set_ksleep(e, vc, t, false);
 		/* release: pairs with the acquire loads of hold in the handler and unpark */
 		__atomic_store_n(&t->hold, 0, __ATOMIC_SEQ_CST);
 		futex_wake(&t->hold);
@@ -553,15 +594,70 @@ static bool poll_kblocked(struct pvhint_emu *e)
 		if (!vc->desched)
 			continue;
 		for (struct emu_thr *t = vc->threads; t; t = t->next) {
-			if (!t->kblocked)
+			if (!t->ksleep)
 				continue;
 			sent |= send_stop(e, vc, t);
-			any |= t->kblocked;
+			any |= t->ksleep;
 		}
 		if (sent && e->c.mode == EMU_SCRIPT)
 			wait_acks(e, vc);
 	}
 	return any;
+}
+
+/*
+ * khalt (slice, noisy): sample the kernel state of the threads that can change the model, so that
+ * a vCPU whose threads all sleep in the kernel (a glibc mutex's futex wait, a read on a pipe,
+ * nanosleep) halts and gives its pCPU up as a guest vCPU executing HLT would, and becomes runnable
+ * again when one wakes. Sampled: threads not parked and not being stopped, on vCPUs not held, and
+ * threads of held vCPUs last seen sleeping (the kblocked poll of script mode: one that woke is
+ * stopped now). Threads of held vCPUs that were signalled are known runnable and cost nothing.
+ * One pread of /proc/<tid>/stat each (about 3 us).
+ */
+static bool sample_wanted(const struct emu_thr *t, const struct emu_vcpu *vc)
+{
+	/* parked, or stopping/stopped: known; signalled threads of held vCPUs: runnable */
+	return __atomic_load_n(&t->state, __ATOMIC_SEQ_CST) == THR_RUN &&
+	       (!vc->desched || t->ksleep);
+}
+
+static void sample_threads(struct pvhint_emu *e)
+{
+	for (unsigned v = 0; v < e->c.vcpus; v++) {
+		struct emu_vcpu *vc = &e->vc[v];
+		for (struct emu_thr *t = vc->threads; t; t = t->next) {
+			if (!sample_wanted(t, vc))
+				continue;
+			if (vc->desched) {
+				send_stop(e, vc, t); /* re-reads the state; stops it if it woke */
+				continue;
+			}
+			bool sl = in_kernel_wait(vc, t);
+			/*
+			 * Read in_hold after the state: a thread seen sleeping in wait_hold() had
+			 * set it before it slept, so this load sees it (or the thread has woken
+			 * since, and the next sample sees it run). seq_cst: see send_stop.
+			 */
+			if (sl && __atomic_load_n(&t->in_hold, __ATOMIC_SEQ_CST))
+				sl = false;
+			set_ksleep(e, vc, t, sl);
+		}
+	}
+}
+
+/*
+ * Is there a thread to sample at the next tick? Evaluated after every step, never cached: the
+ * model changes between ticks (attach, unpark, a vCPU run or held), and a sleeping thread of a
+ * held vCPU (perhaps misread: a thread just entering wait_hold) must be re-read, or the vCPU
+ * could stay halted with its thread waiting for its turn.
+ */
+static bool sampling_wanted(const struct pvhint_emu *e)
+{
+	for (unsigned v = 0; v < e->c.vcpus; v++)
+		for (const struct emu_thr *t = e->vc[v].threads; t; t = t->next)
+			if (sample_wanted(t, &e->vc[v]))
+				return true;
+	return false;
 }
 
 /*
@@ -602,8 +698,8 @@ static uint64_t step_slice(struct pvhint_emu *e, uint64_t now)
 		int cur = e->cur[p];
 		unsigned nrun = 0;
 		for (unsigned i = 0; i < n; i++)
-			nrun += runnable(&e->vc[p + i * P]);
-		bool cur_ok = cur >= 0 && runnable(&e->vc[cur]);
+			nrun += runnable(e, &e->vc[p + i * P]);
+		bool cur_ok = cur >= 0 && runnable(e, &e->vc[cur]);
 		if (!cur_ok || (nrun > 1 && now >= e->slice_end[p])) {
 			/* Round robin: the next runnable vCPU after cur in the ring of this pCPU.
 			 */
@@ -611,7 +707,7 @@ static uint64_t step_slice(struct pvhint_emu *e, uint64_t now)
 			int pick = -1;
 			for (unsigned k = 1; k <= n; k++) {
 				unsigned v = p + ((start + k) % n) * P;
-				if (runnable(&e->vc[v])) {
+				if (runnable(e, &e->vc[v])) {
 					pick = (int)v;
 					break;
 				}
@@ -702,6 +798,7 @@ static void *control_main(void *arg)
 {
 	struct pvhint_emu *e = arg;
 
+	pthread_setname_np(pthread_self(), "pvhint-emu"); /* for top -H, gdb, overhead checks */
 	if (e->c.rt) {
 		/*
 		 * The model's timing is only as good as this thread's wake-ups; on a loaded machine
@@ -712,8 +809,10 @@ static void *control_main(void *arg)
 		pthread_setschedparam(pthread_self(), SCHED_FIFO, &sp);
 	}
 	lock_enter(&e->lock);
+	unsigned resteps = 0;
 	while (!e->exiting) {
 		uint64_t now = now_ns(), next;
+		e->dirty = false;
 		switch (e->c.mode) {
 		case EMU_SLICE:
 			next = step_slice(e, now);
@@ -729,8 +828,28 @@ static void *control_main(void *arg)
 			break;
 		}
 		now = now_ns();
-		if (poll_kblocked(e) && next > now + 1000000)
+		if (e->khalt) {
+			if (now >= e->next_sample) {
+				e->next_sample = now + e->c.ksleep;
+				sample_threads(e);
+			}
+			/*
+			 * A vCPU halted or woke, seen by the sampling or by a stop that found its
+			 * thread asleep: publish the flags and let the mode step again at once
+			 * (bounded: a thread flapping between states cannot keep us here).
+			 */
+			if (e->dirty) {
+				publish(e, now);
+				if (resteps++ < 2)
+					continue;
+				if (next > now + 100000) /* step again soon, not in a loop */
+					next = now + 100000;
+			}
+			if (next > e->next_sample && sampling_wanted(e))
+				next = e->next_sample;
+		} else if (poll_kblocked(e) && next > now + 1000000) {
 			next = now + 1000000;
+		}
 		uint64_t reap = reap_acks(e, now);
 		next = next < reap ? next : reap;
 		/* Keep steal current during long preemptions (pvhint-top shows a rate). */
@@ -747,11 +866,122 @@ static void *control_main(void *arg)
 			if (next > e->last_flush + 10000000)
 				next = e->last_flush + 10000000;
 		}
+		resteps = 0;
 		if (next > now)
 			ctl_sleep(e, now, next);
 	}
 	lock_leave(&e->lock);
 	return NULL;
+}
+
+/* ---- fork ---- */
+
+/*
+ * A child of fork() has one thread and none of the parent's others: no control thread, no
+ * attached thread but (perhaps) the caller. Using the parent's emulator there would wait for
+ * acks that never come and signal thread ids that are not ours. So the child makes every
+ * emulator it inherited inert ('dead'): the pvhint_emu_* calls return -ECHILD, park/unpark are
+ * no-ops (no thread is attached), the records are dropped, the stop handler goes back to the
+ * previous action (no stop signal can reach the child: pending signals are not inherited and
+ * nothing sends new ones), and the page reads "not preempted, not idle" with steal frozen, as
+ * a hint-less source would, rather than the parent's last flags frozen forever. A child may open
+ * emulators of its own. The parent holds glock across fork (prepare/parent handlers), so the
+ * child's lists and signal bookkeeping are consistent; the emulators' own locks may have been
+ * held by threads that do not exist in the child, so the child never takes them.
+ */
+static void fork_prepare(void)
+{
+	lock_enter(&glock);
+}
+
+static void fork_parent(void)
+{
+	lock_leave(&glock);
+}
+
+/* The child's page: a private copy (an export= mapping is the parent's file), flags cleared. */
+static void freeze_page(struct pvhint_emu *e)
+{
+	struct pvhint_impl *im = e->im;
+
+	if (im->export_path[0]) {
+		/* Whatever happens, the file is the parent's: the child's close leaves it. */
+		im->export_path[0] = 0;
+		void *p = mmap(NULL, im->map_len, PROT_READ | PROT_WRITE,
+			       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		if (p == MAP_FAILED)
+			return; /* still shared: must not write the parent's flags */
+		memcpy(p, im->map, im->map_len);
+		/* Atomically replaces the shared mapping at the same address. */
+		if (mremap(p, im->map_len, im->map_len, MREMAP_MAYMOVE | MREMAP_FIXED, im->map) ==
+		    MAP_FAILED) {
+			munmap(p, im->map_len);
+			return; /* likewise */
+		}
+	}
+	for (unsigned v = 0; v < e->c.vcpus; v++) {
+		/* Relaxed: the child's only thread; readers treat these as hints anyway. */
+		__atomic_store_n(&e->rec[v].preempted, 0, __ATOMIC_RELAXED);
+		__atomic_store_n(&e->rec[v].is_idle, 0, __ATOMIC_RELAXED);
+	}
+}
+
+static void fork_child(void)
+{
+	struct emu_thr *self = emu_self;
+
+	emu_self = NULL;
+	__atomic_signal_fence(__ATOMIC_SEQ_CST);
+	pvhint_tls_vcpu = -1;
+	if (self && exit_key != (pthread_key_t)-1)
+		pthread_setspecific(exit_key, NULL);
+	for (struct pvhint_emu *e = emu_list; e; e = e->gnext) {
+		__atomic_store_n(&e->dead, 1, __ATOMIC_RELAXED);
+		freeze_page(e);
+		/* Records of threads that do not exist here (and the caller's): dropped. */
+		for (unsigned v = 0; v < e->c.vcpus; v++) {
+			struct emu_vcpu *vc = &e->vc[v];
+			for (struct emu_thr *t = vc->threads, *n; t; t = n) {
+				n = t->next;
+				if (t->statfd >= 0)
+					close(t->statfd);
+				if (t == self)
+					self = NULL;
+				free(t);
+			}
+			vc->threads = NULL;
+			vc->nr_att = vc->nr_parked = vc->nr_ksleep = 0;
+		}
+	}
+	if (self) { /* attached to an emulator closed since (orphan): ours to free */
+		if (self->statfd >= 0)
+			close(self->statfd);
+		free(self);
+	}
+	if (sig_refs > 0)
+		sigaction(sig_no, &sig_old, NULL);
+	sig_refs = 0;
+	__atomic_store_n(&inflight, 0, __ATOMIC_RELAXED);
+	/* fork_prepare's glock: this thread's, released without lock_leave's stop check. */
+	__atomic_store_n(&glock, 0, __ATOMIC_RELAXED);
+	emu_in_lock--;
+}
+
+/* Called with glock held. */
+static void list_del(struct pvhint_emu *e)
+{
+	for (struct pvhint_emu **pp = &emu_list; *pp; pp = &(*pp)->gnext) {
+		if (*pp == e) {
+			*pp = e->gnext;
+			break;
+		}
+	}
+}
+
+static void fork_register(void)
+{
+	/* Without it (ENOMEM) a child must not touch the emulator, as before. */
+	pthread_atfork(fork_prepare, fork_parent, fork_child);
 }
 
 /* ---- open / close ---- */
@@ -790,8 +1020,15 @@ int pvhint__emu_open(struct pvhint_impl *im, const char *spec, const char *label
 	e->t0 = e->last_flush = now_ns();
 	e->rng = c.seed ? c.seed : 0x9E3779B97F4A7C15ull;
 
+	e->im = im;
+	e->khalt = (c.mode == EMU_SLICE || c.mode == EMU_NOISY) && c.ksleep;
+	pthread_once(&fork_once, fork_register);
 	lock_enter(&glock);
 	err = sig_get(c.sig);
+	if (!err) {
+		e->gnext = emu_list;
+		emu_list = e;
+	}
 	lock_leave(&glock);
 	if (err)
 		goto fail_page;
@@ -816,6 +1053,7 @@ int pvhint__emu_open(struct pvhint_impl *im, const char *spec, const char *label
 
 fail_sig:
 	lock_enter(&glock);
+	list_del(e);
 	sig_put();
 	lock_leave(&glock);
 fail_page:
@@ -829,10 +1067,28 @@ fail_mem:
 	return err;
 }
 
+static void emu_free(struct pvhint_impl *im, struct pvhint_emu *e)
+{
+	free(e->busy);
+	free(e->slice_end);
+	free(e->cur);
+	free(e->vc);
+	free(e);
+	im->emu = NULL;
+}
+
 void pvhint__emu_close(struct pvhint_impl *im)
 {
 	struct pvhint_emu *e = im->emu;
 
+	if (__atomic_load_n(&e->dead, __ATOMIC_RELAXED)) {
+		/* Inherited through fork: no thread, no signal, no record left (fork_child). */
+		lock_enter(&glock);
+		list_del(e);
+		lock_leave(&glock);
+		emu_free(im, e);
+		return;
+	}
 	lock_enter(&e->lock);
 	e->exiting = true;
 	kick_ctl(e);
@@ -855,24 +1111,31 @@ void pvhint__emu_close(struct pvhint_impl *im)
 		}
 	}
 	lock_leave(&e->lock);
+	list_del(e);
 	sig_put();
 	lock_leave(&glock);
-
-	free(e->busy);
-	free(e->slice_end);
-	free(e->cur);
-	free(e->vc);
-	free(e);
-	im->emu = NULL;
+	emu_free(im, e);
 }
 
 /* ---- attach / detach ---- */
 
 static void wait_hold(struct emu_thr *t)
 {
-	/* Library code, not the application's: blocking here is the vCPU not running. */
-	while (__atomic_load_n(&t->hold, __ATOMIC_SEQ_CST))
-		futex_wait(&t->hold, 1, 0);
+	/*
+	 * Library code, not the application's: blocking here is the vCPU not running, not the
+	 * program sleeping, so in_hold tells the ksleep sampling to count the thread runnable (and
+	 * send_stop not to signal it). seq_cst on in_hold and hold: Dekker with the control side,
+	 * which stores hold = 1 and then loads in_hold; after clearing in_hold we re-read hold, so
+	 * either it saw in_hold = 0 (and stops us the usual way) or we see the new hold and wait.
+	 */
+	for (;;) {
+		__atomic_store_n(&t->in_hold, 1, __ATOMIC_SEQ_CST);
+		while (__atomic_load_n(&t->hold, __ATOMIC_SEQ_CST))
+			futex_wait(&t->hold, 1, 0);
+		__atomic_store_n(&t->in_hold, 0, __ATOMIC_SEQ_CST);
+		if (!__atomic_load_n(&t->hold, __ATOMIC_SEQ_CST))
+			return;
+	}
 }
 
 /* Unlink t from its emulator (if any) and free it. Runs on t's own thread. */
@@ -892,6 +1155,7 @@ static void thr_release(struct emu_thr *t)
 		vc->nr_att--;
 		if (__atomic_load_n(&t->state, __ATOMIC_RELAXED) == THR_PARKED)
 			vc->nr_parked--;
+		set_ksleep(e, vc, t, false);
 		vc->gone_stops += __atomic_load_n(&t->stops, __ATOMIC_RELAXED);
 		vc->gone_stopped_ns += __atomic_load_n(&t->stopped_ns, __ATOMIC_RELAXED);
 		vc->gone_eintr += __atomic_load_n(&t->eintr, __ATOMIC_RELAXED);
@@ -926,24 +1190,33 @@ static void make_key(void)
 		exit_key = (pthread_key_t)-1;
 }
 
-static struct pvhint_emu *emu_of(pvhint_t *h, const char *fn)
+/* The live emulator behind h, or a negative errno with the message set. */
+static int emu_of(pvhint_t *h, const char *fn, struct pvhint_emu **out)
 {
-	if (!h) {
-		pvhint__fail(-EINVAL, "%s: handle is NULL", fn);
-		return NULL;
-	}
-	if (!h->impl->emu)
-		pvhint__fail(-ENOTSUP, "%s: the hint source is %s, not emu", fn,
-			     pvhint_source_name(h));
-	return h->impl->emu;
+	*out = NULL;
+	if (!h)
+		return pvhint__fail(-EINVAL, "%s: handle is NULL", fn);
+	struct pvhint_emu *e = h->impl->emu;
+	if (!e)
+		return pvhint__fail(-ENOTSUP, "%s: the hint source is %s, not emu", fn,
+				    pvhint_source_name(h));
+	/* Relaxed: set by fork_child on this very thread, before any other thread existed. */
+	if (__atomic_load_n(&e->dead, __ATOMIC_RELAXED))
+		return pvhint__fail(-ECHILD,
+				    "%s: this emulator belongs to the parent process (inert after "
+				    "fork)",
+				    fn);
+	*out = e;
+	return 0;
 }
 
 int pvhint_emu_attach(pvhint_t *h, unsigned v)
 {
-	struct pvhint_emu *e = emu_of(h, "pvhint_emu_attach");
+	struct pvhint_emu *e;
+	int err = emu_of(h, "pvhint_emu_attach", &e);
 
-	if (!e)
-		return h ? -ENOTSUP : -EINVAL;
+	if (err)
+		return err;
 	if (v >= e->c.vcpus)
 		return pvhint__fail(-EINVAL, "pvhint_emu_attach: vCPU %u out of range (0..%u)", v,
 				    e->c.vcpus - 1);
@@ -982,20 +1255,22 @@ int pvhint_emu_attach(pvhint_t *h, unsigned v)
 
 int pvhint_emu_attach_next(pvhint_t *h)
 {
-	struct pvhint_emu *e = emu_of(h, "pvhint_emu_attach_next");
+	struct pvhint_emu *e;
+	int err = emu_of(h, "pvhint_emu_attach_next", &e);
 
-	if (!e)
-		return h ? -ENOTSUP : -EINVAL;
+	if (err)
+		return err;
 	unsigned v = __atomic_fetch_add(&e->next_attach, 1, __ATOMIC_RELAXED) % e->c.vcpus;
 	return pvhint_emu_attach(h, v);
 }
 
 int pvhint_emu_detach(pvhint_t *h)
 {
-	struct pvhint_emu *e = emu_of(h, "pvhint_emu_detach");
+	struct pvhint_emu *e;
+	int err = emu_of(h, "pvhint_emu_detach", &e);
 
-	if (!e)
-		return h ? -ENOTSUP : -EINVAL;
+	if (err)
+		return err;
 	struct emu_thr *t = emu_self;
 	if (!t || (thr_emu(t) != e && thr_emu(t)))
 		return pvhint__fail(-EINVAL,
@@ -1033,8 +1308,10 @@ void pvhint__emu_park(struct pvhint_impl *im)
 		nanosleep(&(struct timespec){0, 1000}, NULL);
 	}
 	struct emu_vcpu *vc = &e->vc[t->vcpu];
+	bool was = runnable(e, vc);
+	set_ksleep(e, vc, t, false); /* it runs (this code): a stale sample */
 	vc->nr_parked++;
-	if (!runnable(vc)) { /* the vCPU halts: flags change, its pCPU may go to another */
+	if (was && !runnable(e, vc)) { /* the vCPU halts: flags change, pCPU may go */
 		publish(e, now_ns());
 		kick_ctl(e);
 	}
@@ -1051,10 +1328,11 @@ void pvhint__emu_unpark(struct pvhint_impl *im)
 	lock_enter(&e->lock);
 	if (__atomic_load_n(&t->state, __ATOMIC_RELAXED) == THR_PARKED) {
 		struct emu_vcpu *vc = &e->vc[t->vcpu];
+		bool was = runnable(e, vc);
 		/* Under the lock, ordered against stop_vcpu's hold stores and state loads. */
 		__atomic_store_n(&t->state, THR_RUN, __ATOMIC_SEQ_CST);
 		vc->nr_parked--;
-		if (vc->nr_parked + 1 == vc->nr_att) { /* the vCPU wakes from halt */
+		if (!was && runnable(e, vc)) { /* the vCPU wakes from halt */
 			publish(e, now_ns());
 			kick_ctl(e);
 		}
@@ -1070,10 +1348,11 @@ static const char *const mode_names[] = {"slice", "noisy", "script", "random"};
 
 int pvhint_emu_deschedule(pvhint_t *h, unsigned v, uint64_t ns)
 {
-	struct pvhint_emu *e = emu_of(h, "pvhint_emu_deschedule");
+	struct pvhint_emu *e;
+	int err = emu_of(h, "pvhint_emu_deschedule", &e);
 
-	if (!e)
-		return h ? -ENOTSUP : -EINVAL;
+	if (err)
+		return err;
 	if (e->c.mode != EMU_SCRIPT)
 		return pvhint__fail(-EINVAL, "pvhint_emu_deschedule: mode is %s, not script",
 				    mode_names[e->c.mode]);
@@ -1093,10 +1372,11 @@ int pvhint_emu_deschedule(pvhint_t *h, unsigned v, uint64_t ns)
 
 int pvhint_emu_resume(pvhint_t *h, unsigned v)
 {
-	struct pvhint_emu *e = emu_of(h, "pvhint_emu_resume");
+	struct pvhint_emu *e;
+	int err = emu_of(h, "pvhint_emu_resume", &e);
 
-	if (!e)
-		return h ? -ENOTSUP : -EINVAL;
+	if (err)
+		return err;
 	if (e->c.mode != EMU_SCRIPT)
 		return pvhint__fail(-EINVAL, "pvhint_emu_resume: mode is %s, not script",
 				    mode_names[e->c.mode]);
@@ -1110,10 +1390,11 @@ int pvhint_emu_resume(pvhint_t *h, unsigned v)
 
 int pvhint_emu_stats(pvhint_t *h, unsigned v, struct pvhint_emu_stats *out)
 {
-	struct pvhint_emu *e = emu_of(h, "pvhint_emu_stats");
+	struct pvhint_emu *e;
+	int err = emu_of(h, "pvhint_emu_stats", &e);
 
-	if (!e)
-		return h ? -ENOTSUP : -EINVAL;
+	if (err)
+		return err;
 	if (v >= e->c.vcpus || !out)
 		return pvhint__fail(-EINVAL, "pvhint_emu_stats: vCPU %u out of range", v);
 	lock_enter(&e->lock);
@@ -1127,6 +1408,8 @@ int pvhint_emu_stats(pvhint_t *h, unsigned v, struct pvhint_emu_stats *out)
 	out->eintr = vc->gone_eintr;
 	out->threads = vc->nr_att;
 	out->parked = vc->nr_parked;
+	out->ksleep = vc->nr_ksleep;
+	out->samples = vc->samples;
 	for (struct emu_thr *t = vc->threads; t; t = t->next) {
 		out->stops += __atomic_load_n(&t->stops, __ATOMIC_RELAXED);
 		out->stopped_ns += __atomic_load_n(&t->stopped_ns, __ATOMIC_RELAXED);
@@ -1138,8 +1421,11 @@ int pvhint_emu_stats(pvhint_t *h, unsigned v, struct pvhint_emu_stats *out)
 
 int pvhint_emu_signal(pvhint_t *h)
 {
-	if (!emu_of(h, "pvhint_emu_signal"))
-		return h ? -ENOTSUP : -EINVAL;
+	struct pvhint_emu *e;
+	int err = emu_of(h, "pvhint_emu_signal", &e);
+
+	if (err)
+		return err;
 	return sig_no;
 }
 

@@ -21,6 +21,7 @@ struct emu_conf {
 	uint64_t seed;
 	int sig;	       /* 0: choose a free real-time signal */
 	unsigned rt;	       /* try SCHED_FIFO for the control thread */
+	uint64_t ksleep;       /* slice/noisy: sample interval of threads' kernel state (0: off) */
 	char export_path[200]; /* export=: publish the page in this file too */
 };
 
@@ -47,7 +48,8 @@ struct emu_thr {
 	uint32_t state;		/* THR_*; futex word the control side waits on for the ack */
 	uint32_t hold;		/* futex word: 1 while the vCPU is descheduled */
 	int statfd;		/* /proc/thread-self/stat of this thread: R or sleeping */
-	bool kblocked;		/* control side: left alone because blocked in the kernel */
+	bool ksleep;		/* control side (emu->lock): last seen sleeping in the kernel */
+	uint32_t in_hold;	/* in wait_hold(): blocked by the emulator, not by the program */
 	uint32_t deferred;	/* a stop landed while the thread held an emulator lock */
 	uint64_t stop_sent;	/* control side: when the pending stop signal was sent */
 	/* Written by the thread (handler), read by pvhint_emu_stats. */
@@ -58,13 +60,14 @@ struct emu_thr {
 struct emu_vcpu {
 	struct emu_thr *threads;
 	unsigned nr_att, nr_parked;
+	unsigned nr_ksleep; /* attached threads with ksleep set (not parked) */
 	bool desched;	    /* model: held off its pCPU (threads held) */
 	bool pre;	    /* published preempted bit */
 	bool neighbour;	    /* noisy: the neighbour holds this vCPU's pCPU */
 	uint64_t pre_since; /* steal accounting: when 'pre' was last accounted */
 	uint64_t until;	    /* script: resume at this time (0: not timed) */
 	/* statistics (emu->lock) */
-	uint64_t nr_desched, ack_timeouts, kernel_skips;
+	uint64_t nr_desched, ack_timeouts, kernel_skips, samples;
 	uint64_t gone_stops, gone_stopped_ns, gone_eintr; /* of threads already detached */
 };
 
@@ -74,6 +77,12 @@ struct pvhint_emu {
 	uint32_t kick; /* futex word: bumped (under lock) to wake the control thread */
 	pthread_t ctl;
 	bool ctl_started, exiting;
+	bool khalt;	      /* slice/noisy with ksleep > 0: kernel sleep halts a vCPU */
+	bool dirty;	      /* a thread's ksleep changed: publish and step again */
+	uint32_t dead;	      /* in a child of fork(): inert (see fork_child in emu.c) */
+	uint64_t next_sample; /* khalt: when the thread states are sampled next */
+	struct pvhint_impl *im;
+	struct pvhint_emu *gnext; /* every open emulator (glock), for fork_child */
 	struct pvhint_record *rec;
 	struct emu_vcpu *vc;
 	int *cur;	     /* slice: the vCPU each pCPU runs (-1: idle) */

@@ -71,7 +71,7 @@ static int parse_signal(const char *s, int *out)
 }
 
 static const char *const keys =
-    "vcpus, pcpus, mode, quantum, duty, period, seed, signal, ack_timeout, rt";
+    "vcpus, pcpus, mode, quantum, duty, period, seed, signal, ack_timeout, rt, ksleep, export";
 
 int pvhint__emu_parse(const char *spec, const char *label, struct emu_conf *c)
 {
@@ -85,6 +85,7 @@ int pvhint__emu_parse(const char *spec, const char *label, struct emu_conf *c)
 	c->sig = 0; /* choose */
 	c->ack_timeout = 50000000;
 	c->rt = 1;
+	c->ksleep = 1000000;
 	c->export_path[0] = 0;
 	if (!spec)
 		goto done;
@@ -132,6 +133,9 @@ int pvhint__emu_parse(const char *spec, const char *label, struct emu_conf *c)
 		} else if (!strcmp(kv, "ack_timeout")) {
 			if (pvhint__parse_ns(val, &c->ack_timeout) || c->ack_timeout < 1000000)
 				want = "a duration >= 1ms (ns, us, ms, s)";
+		} else if (!strcmp(kv, "ksleep")) {
+			if (pvhint__parse_ns(val, &c->ksleep) || (c->ksleep && c->ksleep < 100000))
+				want = "0 (off) or a duration >= 100us (ns, us, ms, s)";
 		} else if (!strcmp(kv, "duty")) {
 			char *end;
 			errno = 0;

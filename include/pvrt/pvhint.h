@@ -149,6 +149,10 @@ PVRT_API void pvhint_thread_unpark(pvhint_t *h);
  *                 with no handler); a signal that already has a handler is -EBUSY
  *   ack_timeout=50ms  how long a stop waits for a thread's acknowledgement
  *   rt=1          run the control thread SCHED_FIFO when permitted (0: never)
+ *   ksleep=1ms    slice/noisy: how often the kernel state of attached threads is sampled; a
+ *                 vCPU whose threads are all parked or sleeping in the kernel (futex, read,
+ *                 nanosleep, ...) is halted, as a guest vCPU in HLT (0: only parked threads
+ *                 halt a vCPU; script and random modes never sample)
  *   export=PATH   also publish the page in the file PATH (e.g. /dev/shm/pvrt-emu), removed at
  *                 close: other processes read the emulated hints with the kvm source
  *                 (PVRT_HINTS=kvm PVRT_HINT_DEV=PATH), e.g. pvhint-top
@@ -158,7 +162,14 @@ PVRT_API void pvhint_thread_unpark(pvhint_t *h);
  * the vCPU runs again), except threads blocked in the kernel, which are left alone so that no
  * call sees EINTR; see pvhint/README.md for the mechanism and its limits. A vCPU is halted (never
  * preempted, its pCPU may be idle) while all its attached threads are between
- * pvhint_thread_park() and pvhint_thread_unpark(); a vCPU with no thread attached is halted.
+ * pvhint_thread_park() and pvhint_thread_unpark() or (slice and noisy modes, ksleep > 0) seen
+ * sleeping in the kernel; a vCPU with no thread attached is halted.
+ *
+ * fork(): in a child, every emulator the parent had open is inert: no control thread, no stop
+ * signal (the handler is restored to the parent's previous action), no attached thread; its page
+ * reads "not preempted, not idle" with steal frozen at the fork; pvhint_emu_attach, _detach,
+ * _deschedule, _resume, _stats and _signal return -ECHILD; park/unpark are no-ops;
+ * pvhint_close() frees it (and leaves an export= file to the parent). A child may open its own.
  */
 
 /* Attach the calling thread to emulated vCPU v (-EINVAL if out of range; -ENOTSUP unless emu).
@@ -184,6 +195,8 @@ struct pvhint_emu_stats {
 	uint64_t eintr;	       /* stops that interrupted a call which then failed with EINTR */
 	uint32_t threads;      /* attached now */
 	uint32_t parked;       /* of which parked */
+	uint32_t ksleep;       /* of which seen sleeping in the kernel at the last sample */
+	uint64_t samples;      /* kernel-state samples taken (the ksleep sampling's cost) */
 };
 PVRT_API int pvhint_emu_stats(pvhint_t *h, unsigned v, struct pvhint_emu_stats *out);
 /* The stop signal number in use, or a negative errno unless emu. */

@@ -82,9 +82,13 @@ static bool noisy_attempt(int attempt)
 						  .emu = "vcpus=2,mode=noisy,duty=0.3,period=10ms"},
 			 &h));
 	__atomic_store_n(&done, 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&spin_tid, 0, __ATOMIC_RELAXED);
 	pthread_t th;
 	CHECK(!pthread_create(&th, NULL, spinner, (void *)(uintptr_t)0));
 	test_sleep_us(50000);
+	/* On a loaded machine the spinner may not have attached yet: its tid is read below. */
+	while (!__atomic_load_n(&spin_tid, __ATOMIC_ACQUIRE))
+		test_sleep_us(1000);
 	/*
 	 * Sample the flag as an outside observer at a real-time priority when permitted, so that
 	 * the spinner released at each resume cannot delay the sample and stretch the preempted

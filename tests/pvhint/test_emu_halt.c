@@ -8,7 +8,9 @@
  *     vCPU is runnable and the two share the pCPU: both accumulate steal, about half each.
  *  3. With ksleep=0 (only parked threads halt a vCPU, the old model) the same sleeping thread
  *     keeps vCPU 0 runnable and vCPU 1 loses about half its pCPU: the check in 1 can fail.
- *  4. Liveness: rounds of threads that attach (often to a held vCPU), meet in a glibc barrier
+ *  4. Noisy mode, one vCPU: while its thread sleeps in read() its pCPU reads idle outside the
+ *     neighbour's share (is_idle about 0.7 of the time); once the thread spins, almost never.
+ *  5. Liveness: rounds of threads that attach (often to a held vCPU), meet in a glibc barrier
  *     (a kernel sleep that halts their vCPUs), spin briefly and detach, as a benchmark harness
  *     does; a vCPU must never stay halted while its thread waits for its turn (a ctest timeout
  *     catches a hang).
@@ -131,6 +133,54 @@ static void run(bool khalt)
 	__atomic_store_n(&a_progress, 0, __ATOMIC_RELAXED);
 }
 
+static double idle_frac(uint64_t ms)
+{
+	uint64_t t0 = test_now_ns();
+	long n = 0, idle = 0;
+	while (test_now_ns() - t0 < ms * 1000000) {
+		test_sleep_us(500);
+		n++;
+		idle += pvhint_pcpu_idle(h, 0);
+	}
+	return (double)idle / (double)n;
+}
+
+static void noisy_idle(void)
+{
+	CHECK(
+	    !pvhint_open(&(struct pvhint_options){.source = "emu",
+						  .emu = "vcpus=1,mode=noisy,duty=0.3,period=10ms"},
+			 &h));
+	CHECK(!pipe(pfd));
+	__atomic_store_n(&done, 0, __ATOMIC_RELAXED);
+	pthread_t ta;
+	CHECK(!pthread_create(&ta, NULL, reader, NULL));
+	struct pvhint_emu_stats st;
+	uint64_t t0 = test_now_ns();
+	do {
+		CHECK(test_now_ns() - t0 < 10000000000ull);
+		test_sleep_us(1000);
+		CHECK(!pvhint_emu_stats(h, 0, &st));
+	} while (st.threads != 1 || st.ksleep != 1);
+	double asleep = idle_frac(300);
+	CHECK(write(pfd[1], "x", 1) == 1);
+	while (!__atomic_load_n(&a_progress, __ATOMIC_RELAXED))
+		test_sleep_us(1000);
+	test_sleep_us(20000);
+	double running = idle_frac(300);
+	printf("noisy: pCPU idle %.2f of the time while the thread sleeps in read(), %.2f while it "
+	       "runs\n",
+	       asleep, running);
+	CHECK(asleep > 0.4);
+	CHECK(running < 0.2);
+	__atomic_store_n(&done, 1, __ATOMIC_RELEASE);
+	CHECK(!pthread_join(ta, NULL));
+	close(pfd[0]);
+	close(pfd[1]);
+	pvhint_close(h);
+	__atomic_store_n(&a_progress, 0, __ATOMIC_RELAXED);
+}
+
 static pthread_barrier_t bar;
 
 static void *round_thread(void *arg)
@@ -173,6 +223,7 @@ int main(void)
 {
 	run(true);
 	run(false);
+	noisy_idle();
 	rounds(300);
 	/* A bad value names the key. */
 	pvhint_t *bad;

@@ -71,14 +71,44 @@ static inline bool spin_worth(pvrt_rwlock_t *rw, uint32_t s, pvhint_t *h, bool *
 	return true;
 }
 
+/* A reader's or writer's spin state across the rounds of one contended acquisition. */
+struct contender {
+	pvhint_t *h;
+	struct lk_spin sp;
+	bool spinning, contended;
+};
+
+/* One round of contention on state s: true to retry at once (spinning), false to park. */
+static bool contend_spin(pvrt_rwlock_t *rw, uint32_t s, struct contender *cw)
+{
+	if (!cw->contended) {
+		cw->contended = true;
+		lk_stat(C, LK_CONTENDED);
+		cw->h = lk_hints();
+	}
+	if (!cw->spinning) {
+		cw->spinning = true;
+		lk_spin_init(&cw->sp, lk_spin_budget(cw->h));
+	}
+	bool cut = false;
+	if (cw->sp.budget && spin_worth(rw, s, cw->h, &cut)) {
+		if (!lk_spin_more(&cw->sp))
+			cw->sp.budget = 0; /* spent: park */
+		return true;
+	}
+	if (cut && cw->sp.budget) {
+		lk_stat(C, LK_SPIN_CUT);
+		cw->sp.budget = 0;
+	}
+	return false;
+}
+
 static int rdlock_common(pvrt_rwlock_t *rw, clockid_t clk, const struct timespec *abs, bool timed)
 {
 	if ((__atomic_load_n(&rw->state, __ATOMIC_RELAXED) & WRITER) &&
 	    __atomic_load_n(&rw->writer, __ATOMIC_RELAXED) == lk_self_id(lk_self_ult()))
 		return -EDEADLK;
-	pvhint_t *h = NULL;
-	struct lk_spin sp = {0};
-	bool spinning = false, contended = false;
+	struct contender cw = {0};
 	for (;;) {
 		uint32_t s = __atomic_load_n(&rw->state, __ATOMIC_RELAXED);
 		if (reader_may_enter(rw, s)) {
@@ -92,25 +122,8 @@ static int rdlock_common(pvrt_rwlock_t *rw, clockid_t clk, const struct timespec
 			}
 			continue;
 		}
-		if (!contended) {
-			contended = true;
-			lk_stat(C, LK_CONTENDED);
-			h = lk_hints();
-		}
-		if (!spinning) {
-			spinning = true;
-			lk_spin_init(&sp, lk_spin_budget(h));
-		}
-		bool cut = false;
-		if (sp.budget && spin_worth(rw, s, h, &cut)) {
-			if (!lk_spin_more(&sp))
-				sp.budget = 0; /* spent: park */
+		if (contend_spin(rw, s, &cw))
 			continue;
-		}
-		if (cut && sp.budget) {
-			lk_stat(C, LK_SPIN_CUT);
-			sp.budget = 0;
-		}
 		if (timed) {
 			if (abs->tv_sec < 0)
 				return -ETIMEDOUT;
@@ -128,8 +141,8 @@ static int rdlock_common(pvrt_rwlock_t *rw, clockid_t clk, const struct timespec
 		__atomic_fetch_sub(&rw->nrwait, 1, __ATOMIC_SEQ_CST);
 		if (r == -ETIMEDOUT || r == -EINVAL)
 			return r;
-		spinning = false; /* woken: spin again */
-		sp.budget = 0;
+		cw.spinning = false; /* woken: spin again */
+		cw.sp.budget = 0;
 	}
 }
 
@@ -150,9 +163,7 @@ static int wrlock_common(pvrt_rwlock_t *rw, clockid_t clk, const struct timespec
 	if ((__atomic_load_n(&rw->state, __ATOMIC_RELAXED) & WRITER) &&
 	    __atomic_load_n(&rw->writer, __ATOMIC_RELAXED) == tid)
 		return -EDEADLK;
-	pvhint_t *h = NULL;
-	struct lk_spin sp = {0};
-	bool spinning = false, contended = false;
+	struct contender cw = {0};
 	for (;;) {
 		uint32_t s = 0;
 		/* Acquire: the previous holders' critical sections happen-before ours. */
@@ -164,25 +175,8 @@ static int wrlock_common(pvrt_rwlock_t *rw, clockid_t clk, const struct timespec
 			lk_stat(C, LK_ACQ);
 			return 0;
 		}
-		if (!contended) {
-			contended = true;
-			lk_stat(C, LK_CONTENDED);
-			h = lk_hints();
-		}
-		if (!spinning) {
-			spinning = true;
-			lk_spin_init(&sp, lk_spin_budget(h));
-		}
-		bool cut = false;
-		if (sp.budget && spin_worth(rw, s, h, &cut)) {
-			if (!lk_spin_more(&sp))
-				sp.budget = 0; /* spent: park */
+		if (contend_spin(rw, s, &cw))
 			continue;
-		}
-		if (cut && sp.budget) {
-			lk_stat(C, LK_SPIN_CUT);
-			sp.budget = 0;
-		}
 		if (timed) {
 			if (abs->tv_sec < 0)
 				return -ETIMEDOUT;
@@ -201,8 +195,8 @@ static int wrlock_common(pvrt_rwlock_t *rw, clockid_t clk, const struct timespec
 			return r;
 		}
 		__atomic_fetch_sub(&rw->nwwait, 1, __ATOMIC_SEQ_CST);
-		spinning = false; /* woken: spin again */
-		sp.budget = 0;
+		cw.spinning = false; /* woken: spin again */
+		cw.sp.budget = 0;
 	}
 }
 

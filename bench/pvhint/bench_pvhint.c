@@ -33,13 +33,19 @@ static char kvm_path[] = "/tmp/pvhint-bench-XXXXXX";
 
 #define BATCH 1024
 
-static void BM_vcpu_preempted(pvrt_bench_state *st)
+/* i & mask cycles over the vCPUs (a power-of-two prefix of them) without a division. */
+static unsigned vcpu_mask(const pvhint_t *h)
 {
-	pvhint_t *h = hs[pvrt_bench_arg(st, 0)];
 	unsigned mask = 1;
 	while (mask * 2 <= pvhint_nr_vcpus(h))
 		mask *= 2;
-	mask--;
+	return mask - 1;
+}
+
+static void BM_vcpu_preempted(pvrt_bench_state *st)
+{
+	pvhint_t *h = hs[pvrt_bench_arg(st, 0)];
+	unsigned mask = vcpu_mask(h);
 	unsigned acc = 0;
 	while (pvrt_bench_keep_running_batch(st, BATCH))
 		for (unsigned i = 0; i < BATCH; i++)
@@ -51,10 +57,7 @@ static void BM_vcpu_preempted(pvrt_bench_state *st)
 static void BM_pcpu_idle(pvrt_bench_state *st)
 {
 	pvhint_t *h = hs[pvrt_bench_arg(st, 0)];
-	unsigned mask = 1;
-	while (mask * 2 <= pvhint_nr_vcpus(h))
-		mask *= 2;
-	mask--;
+	unsigned mask = vcpu_mask(h);
 	unsigned acc = 0;
 	while (pvrt_bench_keep_running_batch(st, BATCH))
 		for (unsigned i = 0; i < BATCH; i++)

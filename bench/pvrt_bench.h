@@ -61,10 +61,10 @@ void pvrt_bench_set_label(pvrt_bench_state *st, const char *label);
 void pvrt_bench_skip(pvrt_bench_state *st, const char *why);
 
 enum pvrt_bench_counter_kind {
-	PVRT_BENCH_COUNTER_VALUE,     /* reported as is (summed over threads) */
-	PVRT_BENCH_COUNTER_AVG,	      /* averaged over threads */
-	PVRT_BENCH_COUNTER_RATE,      /* divided by elapsed seconds */
-	PVRT_BENCH_COUNTER_PER_ITER,  /* divided by iterations */
+	PVRT_BENCH_COUNTER_VALUE,    /* reported as is (summed over threads) */
+	PVRT_BENCH_COUNTER_AVG,	     /* averaged over threads */
+	PVRT_BENCH_COUNTER_RATE,     /* divided by elapsed seconds */
+	PVRT_BENCH_COUNTER_PER_ITER, /* divided by iterations */
 };
 void pvrt_bench_counter(pvrt_bench_state *st, const char *name, double value,
 			enum pvrt_bench_counter_kind kind);

@@ -65,7 +65,7 @@ typedef uint64_t pvhint_u64;
 
 #define PVHINT_MAGIC	   0x54485650u /* "PVHT" in memory order on little endian */
 #define PVHINT_ABI_VERSION 1u
-#define PVHINT_HEADER_SIZE 4096u  /* records start here; a multiple of every page size */
+#define PVHINT_HEADER_SIZE 4096u /* records start here: one x86 page */
 #define PVHINT_RECORD_SIZE 64u
 #define PVHINT_DEV_PATH	   "/dev/pvhint"
 

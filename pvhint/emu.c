@@ -923,6 +923,11 @@ static void freeze_page(struct pvhint_emu *e)
 		/* Relaxed: the child's only thread; readers treat these as hints anyway. */
 		__atomic_store_n(&e->rec[v].preempted, 0, __ATOMIC_RELAXED);
 		__atomic_store_n(&e->rec[v].is_idle, 0, __ATOMIC_RELAXED);
+		/* The parent's control thread may have forked in the middle of a steal update:
+		 * nobody will finish it here, so close it (readers wait while version is odd). */
+		uint32_t ver = __atomic_load_n(&e->rec[v].version, __ATOMIC_RELAXED);
+		if (ver & 1)
+			__atomic_store_n(&e->rec[v].version, ver + 1, __ATOMIC_RELAXED);
 	}
 }
 

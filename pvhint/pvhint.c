@@ -265,7 +265,7 @@ uint64_t pvhint_steal(const pvhint_t *h, unsigned v)
 	 * steal came from the writer's release store, the second load sees the odd version or
 	 * later. Equal even versions: a consistent steal.
 	 */
-	for (;;) {
+	for (int tries = 0; tries < 64; tries++) {
 		uint32_t v1 = __atomic_load_n(&r->version, __ATOMIC_ACQUIRE);
 		if (v1 & 1) {
 			sched_yield(); /* the writer (host or emulator) is mid-update */
@@ -275,6 +275,9 @@ uint64_t pvhint_steal(const pvhint_t *h, unsigned v)
 		if (__atomic_load_n(&r->version, __ATOMIC_RELAXED) == v1)
 			return s;
 	}
+	/* Bounded (nothing spins forever): a writer that died mid-update, e.g. the exporter of an
+	 * export= page, leaves version odd for good. Steal is a hint: give the last value read. */
+	return __atomic_load_n(&r->steal, __ATOMIC_RELAXED);
 }
 
 int pvhint_cpu_slow(void)
@@ -283,14 +286,22 @@ int pvhint_cpu_slow(void)
 	return c < 0 ? 0 : c;
 }
 
+/* Both are called from interposed pthread functions, which must leave errno as it was; the
+ * emulator's waits (futex, nanosleep) may set it. */
 void pvhint_thread_park(pvhint_t *h)
 {
-	if (h && h->impl->emu)
+	if (h && h->impl->emu) {
+		int saved = errno;
 		pvhint__emu_park(h->impl);
+		errno = saved;
+	}
 }
 
 void pvhint_thread_unpark(pvhint_t *h)
 {
-	if (h && h->impl->emu)
+	if (h && h->impl->emu) {
+		int saved = errno;
 		pvhint__emu_unpark(h->impl);
+		errno = saved;
+	}
 }

@@ -99,8 +99,10 @@ void pvrt_lock_slow(struct pvrt_lock *l)
 			return;
 	}
 	/* Mark contended (2) and sleep until the holder's release wakes us. */
+	int saved = errno; /* callers include interposed pthread functions */
 	while (__atomic_exchange_n(&l->v, 2, __ATOMIC_ACQUIRE) != 0)
 		syscall(SYS_futex, &l->v, FUTEX_WAIT | FUTEX_PRIVATE_FLAG, 2, NULL, NULL, 0);
+	errno = saved;
 }
 
 /* The kernel futex, errno preserved; returns 0, -EAGAIN, -ETIMEDOUT or -EINTR. */
@@ -123,8 +125,11 @@ static void kwake(uint32_t *addr, int n)
 	errno = saved;
 }
 
+/* Saturates: a deadline centuries away must not wrap into the past. */
 static uint64_t ts_ns(const struct timespec *ts)
 {
+	if ((uint64_t)ts->tv_sec >= UINT64_MAX / 1000000000ull - 1)
+		return UINT64_MAX;
 	return (uint64_t)ts->tv_sec * 1000000000ull + (uint64_t)ts->tv_nsec;
 }
 
@@ -158,6 +163,8 @@ static int ult_wait(struct pvrt_ult *self, uint32_t *addr, uint32_t expected, cl
 {
 	struct waiter wr = {.addr = addr, .ult = self};
 	struct bucket *b = bucket_of(addr);
+	if (abstime && ts_ns(abstime) == UINT64_MAX)
+		abstime = NULL; /* centuries away: wait without a timer, as the kernel would */
 	if (abstime) {
 		/* Deadlines on CLOCK_REALTIME become monotonic now; later clock jumps are not
 		 * followed (a documented difference from the kernel futex). */
@@ -175,8 +182,11 @@ static int ult_wait(struct pvrt_ult *self, uint32_t *addr, uint32_t expected, cl
 										   : -ETIMEDOUT;
 		wr.timer.deadline = dl;
 		wr.timer.fn = waiter_timeout;
-		/* Added on our worker, which cannot run its timers before we have switched away. */
-		pvrt_timer_add(pvrt_tls_worker, &wr.timer);
+		/* Added on our worker, which cannot run its timers before we have switched away.
+		 * Out of memory for the timer: return as a spurious wake-up (the caller re-checks
+		 * and waits again until the deadline passes) rather than block with no timeout. */
+		if (pvrt_timer_add(pvrt_tls_worker, &wr.timer))
+			return 0;
 	}
 	pvrt_lock_acquire(&b->lock);
 	/* Relaxed: ordered against the waker's store by the bucket lock (see the file comment). */

@@ -251,7 +251,8 @@ void pvrt_stack_free(void *stack, size_t len, unsigned vg_id) PVRT_HIDDEN;
 size_t pvrt_page_size(void) PVRT_HIDDEN;
 
 /* ---- timer.c ---- */
-void pvrt_timer_add(struct pvrt_worker *w, struct pvrt_timer *t) PVRT_HIDDEN;
+/* 0, or -ENOMEM when the heap cannot grow (the timer is then not queued). */
+int pvrt_timer_add(struct pvrt_worker *w, struct pvrt_timer *t) PVRT_HIDDEN;
 void pvrt_timer_cancel(struct pvrt_timer *t) PVRT_HIDDEN;
 /* Fire expired timers of w (its owner only); returns how many fired. */
 unsigned pvrt_timers_run(struct pvrt_worker *w, uint64_t now) PVRT_HIDDEN;

@@ -8,6 +8,7 @@
 #ifndef PVRT_RUNTIME_LOCK_H
 #define PVRT_RUNTIME_LOCK_H
 
+#include <errno.h>
 #include <linux/futex.h>
 #include <stdint.h>
 #include <sys/syscall.h>
@@ -42,8 +43,11 @@ static inline void pvrt_lock_acquire(struct pvrt_lock *l)
 static inline void pvrt_lock_release(struct pvrt_lock *l)
 {
 	/* Release: publishes the critical section; 2 means someone may sleep in the kernel. */
-	if (__atomic_exchange_n(&l->v, 0, __ATOMIC_RELEASE) == 2)
+	if (__atomic_exchange_n(&l->v, 0, __ATOMIC_RELEASE) == 2) {
+		int saved = errno; /* callers include interposed pthread functions */
 		syscall(SYS_futex, &l->v, FUTEX_WAKE | FUTEX_PRIVATE_FLAG, 1, NULL, NULL, 0);
+		errno = saved;
+	}
 }
 
 #endif /* PVRT_RUNTIME_LOCK_H */

@@ -25,6 +25,8 @@
  */
 #include "internal.h"
 
+#include <errno.h>
+
 #include <stdlib.h>
 
 static void arm(struct pvrt_worker *w, uint64_t dl)
@@ -86,7 +88,7 @@ static void heap_remove(struct pvrt_worker *w, struct pvrt_timer *t)
 		sift_down(w, i);
 }
 
-void pvrt_timer_add(struct pvrt_worker *w, struct pvrt_timer *t)
+int pvrt_timer_add(struct pvrt_worker *w, struct pvrt_timer *t)
 {
 	t->w = w;
 	t->fired = 0;
@@ -95,11 +97,8 @@ void pvrt_timer_add(struct pvrt_worker *w, struct pvrt_timer *t)
 		unsigned cap = w->capheap ? 2 * w->capheap : 64;
 		struct pvrt_timer **h = pvrt_alloc(cap * sizeof(*h));
 		if (!h) {
-			/* Cannot queue: fire at once (callers treat it as a spurious early
-			 * wake-up). */
 			pvrt_lock_release(&w->tlock);
-			t->deadline = 0;
-			return;
+			return -ENOMEM; /* not queued: the caller must not wait for it */
 		}
 		for (unsigned i = 0; i < w->nheap; i++)
 			h[i] = w->heap[i];
@@ -116,6 +115,7 @@ void pvrt_timer_add(struct pvrt_worker *w, struct pvrt_timer *t)
 		arm(w, t->deadline + pvrt_rt.timer_slack);
 	pvrt_lock_release(&w->tlock);
 	__atomic_fetch_add(&w->st_timer_adds, 1, __ATOMIC_RELAXED);
+	return 0;
 }
 
 void pvrt_timer_cancel(struct pvrt_timer *t)

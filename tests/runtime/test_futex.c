@@ -70,11 +70,20 @@ static void *thread_timeouts(void *a)
 static uint32_t word;
 static int woken;
 
+static int far_timeouts; /* a deadline centuries away must never time out */
+
+/* a != NULL: wait with such a deadline on CLOCK_REALTIME (it must not wrap into the past). */
 static void *waiter(void *a)
 {
-	(void)a;
-	while (__atomic_load_n(&word, __ATOMIC_ACQUIRE) == 0)
-		pvrt_futex_wait(&word, 0, CLOCK_MONOTONIC, NULL);
+	/* Year 2554: past 2^64 ns, so a naive tv_sec * 1e9 wraps to 0.29 s after the epoch. */
+	static const struct timespec far = {.tv_sec = 18446744074};
+	while (__atomic_load_n(&word, __ATOMIC_ACQUIRE) == 0) {
+		if (pvrt_futex_wait(&word, 0, a ? CLOCK_REALTIME : CLOCK_MONOTONIC,
+				    a ? &far : NULL) == -ETIMEDOUT) {
+			__atomic_add_fetch(&far_timeouts, 1, __ATOMIC_RELAXED);
+			return NULL; /* retrying at once, a ULT would starve its worker */
+		}
+	}
 	__atomic_add_fetch(&woken, 1, __ATOMIC_RELAXED);
 	return NULL;
 }
@@ -121,9 +130,9 @@ int main(void)
 	pvrt_thread_t u[8];
 	pthread_t p[2];
 	for (int i = 0; i < 8; i++)
-		CHECK_EQ(pvrt_thread_create(&u[i], NULL, waiter, NULL), 0);
+		CHECK_EQ(pvrt_thread_create(&u[i], NULL, waiter, i % 2 ? &word : NULL), 0);
 	for (int i = 0; i < 2; i++)
-		CHECK_EQ(pthread_create(&p[i], NULL, waiter, NULL), 0);
+		CHECK_EQ(pthread_create(&p[i], NULL, waiter, i % 2 ? &word : NULL), 0);
 	/* Wake-ups before the value changes are spurious: waiters re-check and wait again. */
 	for (int i = 0; i < 50; i++) {
 		pvrt_futex_wake(&word, 3);
@@ -136,6 +145,7 @@ int main(void)
 		CHECK_EQ(pvrt_thread_join(u[i], NULL), 0);
 	for (int i = 0; i < 2; i++)
 		join_thread(p[i]);
+	CHECK_EQ(far_timeouts, 0);
 	CHECK_EQ(woken, 10);
 
 	/* Token ring: 4 ULTs and 2 threads. */

@@ -469,6 +469,9 @@ int pvrt_mutex_unlock(pvrt_mutex_t *m)
 			return 0;
 	}
 	__atomic_store_n(&m->owner, 0, __ATOMIC_RELAXED);
+	/* A spinner between the next owner's CAS and its publish_owner() must not take us (who
+	 * may exit, and whose descriptor finalize frees) for the owner to yield to. */
+	__atomic_store_n(&m->owner_ult, NULL, __ATOMIC_RELAXED);
 	release(m);
 	return 0;
 }

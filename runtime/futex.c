@@ -28,6 +28,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <linux/futex.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -50,6 +51,22 @@ struct bucket {
 } PVRT_ALIGNED;
 
 static struct bucket buckets[PVRT_FUTEX_BUCKETS];
+
+/*
+ * In a child of fork() only the forking thread exists: waiter records of the parent's other
+ * threads would be woken instead of the child's own waiters, and a bucket lock held by one of
+ * them would never be released. The child starts with empty buckets.
+ */
+static void buckets_atfork_child(void)
+{
+	for (unsigned i = 0; i < PVRT_FUTEX_BUCKETS; i++)
+		buckets[i] = (struct bucket){0};
+}
+
+__attribute__((constructor)) static void buckets_atfork_register(void)
+{
+	pthread_atfork(NULL, NULL, buckets_atfork_child);
+}
 
 static struct bucket *bucket_of(const uint32_t *addr)
 {

@@ -12,6 +12,8 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <unistd.h>
+#include <sys/wait.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <string.h>
@@ -113,10 +115,67 @@ static void join_thread(pthread_t t)
 		pvrt_thread_sleep(100000);
 }
 
+/*
+ * fork() while a thread waits: the child must not inherit the parent's waiter records, or its
+ * wake-up goes to a thread that does not exist there and its own waiter sleeps on.
+ */
+static uint32_t fork_word, child_ready;
+
+static void *fork_waiter(void *a)
+{
+	while (__atomic_load_n(&fork_word, __ATOMIC_ACQUIRE) == 0)
+		pvrt_futex_wait(&fork_word, 0, CLOCK_MONOTONIC, NULL);
+	return a;
+}
+
+static void *child_waiter(void *a)
+{
+	(void)a;
+	struct timespec dl = in_ns(CLOCK_MONOTONIC, 5000000000ull);
+	__atomic_store_n(&child_ready, 1, __ATOMIC_RELEASE);
+	int r = pvrt_futex_wait(&fork_word, 0, CLOCK_MONOTONIC, &dl);
+	return (void *)(intptr_t)r;
+}
+
+static void fork_with_waiter(void)
+{
+	pthread_t t;
+	CHECK_EQ(pthread_create(&t, NULL, fork_waiter, NULL), 0);
+	usleep(50000); /* let it queue */
+	pid_t pid = fork();
+	CHECK(pid >= 0);
+	if (pid == 0) {
+		/* A fresh thread on a big stack, so its record cannot land on the old one's. */
+		pthread_attr_t at;
+		pthread_attr_init(&at);
+		pthread_attr_setstacksize(&at, 32u << 20);
+		pthread_t c;
+		void *r;
+		if (pthread_create(&c, &at, child_waiter, NULL))
+			_exit(2);
+		while (!__atomic_load_n(&child_ready, __ATOMIC_ACQUIRE))
+			usleep(1000);
+		usleep(100000); /* let it queue */
+		pvrt_futex_wake(&fork_word, 1);
+		pthread_join(c, &r);
+		_exit(r == NULL ? 0 : 1); /* 0: woken, not timed out */
+	}
+	int status;
+	CHECK_EQ(waitpid(pid, &status, 0), pid);
+	CHECK(WIFEXITED(status));
+	CHECK_EQ(WEXITSTATUS(status), 0);
+	__atomic_store_n(&fork_word, 1, __ATOMIC_RELEASE);
+	pvrt_futex_wake(&fork_word, INT_MAX);
+	CHECK_EQ(pthread_join(t, NULL), 0);
+}
+
 int main(void)
 {
 	/* Without the runtime: plain threads. */
 	timeouts();
+#ifndef PVRT_TSAN /* TSan does not support threads in a child of a multi-threaded fork */
+	fork_with_waiter();
+#endif
 	CHECK_EQ(pvrt_init(NULL), 0);
 	timeouts(); /* the primary ULT */
 	pvrt_thread_t t;

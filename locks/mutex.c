@@ -110,6 +110,7 @@ static uint32_t blind_store(uint64_t est_ns)
  */
 static __thread uint64_t lk_steal_seen __attribute__((tls_model("initial-exec")));
 static __thread uint64_t lk_steal_at __attribute__((tls_model("initial-exec")));
+static __thread bool lk_steal_primed __attribute__((tls_model("initial-exec")));
 static bool own_vcpu_shared(pvhint_t *h, struct pvrt_ult *u)
 {
 	if (!(h->valid & PVHINT_VALID_STEAL))
@@ -119,6 +120,12 @@ static bool own_vcpu_shared(pvhint_t *h, struct pvrt_ult *u)
 		return false;
 	/* Relaxed: a hint compared for change only; a torn or stale value costs one decision. */
 	uint64_t st = __atomic_load_n(&h->rec[v].steal, __ATOMIC_RELAXED);
+	if (!lk_steal_primed) {
+		/* The first read is a baseline: steal is cumulative, not a change. */
+		lk_steal_primed = true;
+		lk_steal_seen = st;
+		return false;
+	}
 	uint64_t now = lk_now_ns();
 	if (st != lk_steal_seen) {
 		lk_steal_seen = st;

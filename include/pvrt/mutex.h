@@ -39,7 +39,7 @@ typedef struct pvrt_mutex {
 	int32_t owner;	       /* owner's thread id (glibc's __owner), 0 when free */
 	uint32_t owner_vcpu;   /* owner's vCPU + 1, published at acquisition; 0: unknown */
 	int32_t kind;	       /* type, at the offset of glibc's __kind */
-	uint32_t handoff;      /* hand-off futex: target's tid, PVRT_MUTEX_GRANTED or 0 */
+	uint32_t handoff;      /* hand-off futex: 0, the target's tid, or tid | 0x80000000: granted */
 	uint32_t spinner;      /* bit 0 while a waiter spins on 'word' (one at a time); bits 16-31:
 				* spin-time estimate without hints (locks/mutex.c) */
 	uint32_t handoff_vcpu; /* hand-off target's vCPU + 1 */
@@ -49,7 +49,6 @@ typedef struct pvrt_mutex {
 #define PVRT_MUTEX_LOCKED  1u
 #define PVRT_MUTEX_WAITERS 2u /* someone may be parked on 'word' */
 #define PVRT_MUTEX_HANDOFF 4u /* a starving waiter asked for the lock to be handed to it */
-#define PVRT_MUTEX_GRANTED 0xffffffffu
 
 #define PVRT_MUTEX_INITIALIZER                                                                     \
 	{                                                                                          \

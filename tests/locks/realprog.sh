@@ -15,13 +15,13 @@ mutex_acq() { awk '$1 == "mutex" { print $2 }'; }
 if command -v sysbench >/dev/null 2>&1; then
 	out=$("$run" --stats -- sysbench --threads=4 mutex --mutex-num=16 --mutex-locks=2000 \
 		--mutex-loops=100 run 2>&1) || fail "sysbench mutex: $out"
-	echo "$out" | grep -q "total number of events: *4" || fail "sysbench mutex: $out"
+	echo "$out" | grep -q "total number of events: *4$" || fail "sysbench mutex: $out"
 	acq=$(echo "$out" | mutex_acq)
 	[ "${acq:-0}" -ge 8000 ] || fail "sysbench mutex: only ${acq:-0} pvrt mutex acquisitions"
 	echo "sysbench mutex: OK ($acq pvrt mutex acquisitions)"
 	out=$("$run" --stats -- sysbench --threads=4 --events=2000 --time=0 threads \
 		--thread-locks=4 run 2>&1) || fail "sysbench threads: $out"
-	echo "$out" | grep -q "total number of events: *2000" || fail "sysbench threads: $out"
+	echo "$out" | grep -q "total number of events: *2000$" || fail "sysbench threads: $out"
 	echo "sysbench threads: OK"
 	ran=1
 fi

@@ -121,6 +121,12 @@ static void join_thread(pthread_t t)
  */
 static uint32_t fork_word, child_ready;
 
+#ifdef PVRT_TSAN
+#define PVRT_TSAN_BUILD 1
+#else
+#define PVRT_TSAN_BUILD 0
+#endif
+
 static void *fork_waiter(void *a)
 {
 	while (__atomic_load_n(&fork_word, __ATOMIC_ACQUIRE) == 0)
@@ -173,9 +179,9 @@ int main(void)
 {
 	/* Without the runtime: plain threads. */
 	timeouts();
-#ifndef PVRT_TSAN /* TSan does not support threads in a child of a multi-threaded fork */
-	fork_with_waiter();
-#endif
+	/* TSan does not support threads in a child of a multi-threaded fork. */
+	if (!PVRT_TSAN_BUILD)
+		fork_with_waiter();
 	CHECK_EQ(pvrt_init(NULL), 0);
 	timeouts(); /* the primary ULT */
 	pvrt_thread_t t;

@@ -34,14 +34,14 @@ enum {
 };
 
 typedef struct pvrt_mutex {
-	uint32_t word;	       /* lock word and futex: PVRT_MUTEX_{LOCKED,WAITERS,HANDOFF} */
-	uint32_t count;	       /* recursion depth (recursive type) */
-	int32_t owner;	       /* owner's thread id (glibc's __owner), 0 when free */
-	uint32_t owner_vcpu;   /* owner's vCPU + 1, published at acquisition; 0: unknown */
-	int32_t kind;	       /* type, at the offset of glibc's __kind */
-	uint32_t handoff;      /* hand-off futex: 0, the target's tid, or tid | 0x80000000: granted */
-	uint32_t spinner;      /* bit 0 while a waiter spins on 'word' (one at a time); bits 16-31:
-				* spin-time estimate without hints (locks/mutex.c) */
+	uint32_t word;	     /* lock word and futex: PVRT_MUTEX_{LOCKED,WAITERS,HANDOFF} */
+	uint32_t count;	     /* recursion depth (recursive type) */
+	int32_t owner;	     /* owner's thread id (glibc's __owner), 0 when free */
+	uint32_t owner_vcpu; /* owner's vCPU + 1, published at acquisition; 0: unknown */
+	int32_t kind;	     /* type, at the offset of glibc's __kind */
+	uint32_t handoff;    /* hand-off futex: 0, the target's tid, or tid | 0x80000000: granted */
+	uint32_t spinner;    /* bit 0 while a waiter spins on 'word' (one at a time); bits 16-31:
+			      * spin-time estimate without hints (locks/mutex.c) */
 	uint32_t handoff_vcpu; /* hand-off target's vCPU + 1 */
 	void *owner_ult;       /* the owner ULT when it is one (runtime), else NULL */
 } pvrt_mutex_t;

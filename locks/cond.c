@@ -11,13 +11,19 @@
  * which is at most one mutex hand-over away, and returns 0).
  *
  * Broadcast detaches the queue, links it through 'chain' and signals only the
- * first node. A woken waiter signals its chain successor after it holds the
- * mutex again, so the waiters of a broadcast take the mutex one after another
- * instead of all waking into it at once (wait morphing without requeue).
+ * first node. A woken waiter signals its chain successor as soon as it is
+ * woken, before it drops its reference and before it locks the mutex again,
+ * so the wake-ups ripple down the chain one waiter at a time (no herd of
+ * simultaneous wake-ups) and never depend on anyone holding the mutex.
  *
  * Destroy: 'refs' counts waiters that may still touch the condvar; destroy
  * waits until they are gone, as glibc's does, so a condvar may be destroyed
- * right after a broadcast.
+ * right after a broadcast, even by a thread that holds the mutex: every
+ * chained waiter is woken by its predecessor without needing the mutex, and
+ * drops its reference before it blocks on the mutex. (Passing the wake-up on
+ * only once the mutex is held again, as wait morphing would, deadlocks
+ * there: the chained waiters keep their references while the destroyer holds
+ * the mutex the first waiter needs before it wakes the next.)
  *
  * Cancellation (the preload's pthread_cond_*wait, plain threads): the wait is
  * a cancellation point as in glibc. glibc acts on a deferred cancel only in a
@@ -281,13 +287,17 @@ int lk_cond_wait(pvrt_cond_t *c, void *m, lk_mutex_op unlock, lk_mutex_op lock, 
 
 	int result = kernel ? wait_cancellable(c, m, lock, &n, clk, abs)
 			    : wait_signal(c, &n, clk, abs, NULL);
+	/* Broadcast: wake the next chained waiter now, before dropping our reference and before
+	 * locking the mutex, so that the chain drains without the mutex (a destroyer may hold it
+	 * and wait for the chained waiters' references; see the file comment). n.chain was
+	 * written under the queue lock before our SIGNALED store (acquired in wait_signal); the
+	 * successor's node is alive: its waiter cannot return before we store SIGNALED. */
+	if (result == 0 && n.chain)
+		signal_node(n.chain);
 	put_ref(c);
 
 	lk_stat(C, LK_ACQ);
 	int lr = lock(m);
-	/* Wait morphing: only now, holding the mutex, let the next broadcast waiter run. */
-	if (result == 0 && n.chain)
-		signal_node(n.chain);
 	return lr ? lr : result;
 }
 

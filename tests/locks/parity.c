@@ -353,6 +353,50 @@ static void test_cond(void)
 	R("cond destroy after broadcast", pthread_cond_destroy(&cv));
 }
 
+/* ---- destroy right after a broadcast, by the thread that holds the mutex ----
+ * POSIX allows it (no thread is blocked on the condvar after the broadcast) and glibc returns 0.
+ * The waiters need the mutex the destroyer holds, so destroy must not depend on them getting it.
+ */
+static pthread_mutex_t dm = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t dc = PTHREAD_COND_INITIALIZER;
+static int d_ready, d_go, d_woke;
+
+static void *d_waiter(void *p)
+{
+	(void)p;
+	pthread_mutex_lock(&dm);
+	d_ready++;
+	while (!d_go)
+		pthread_cond_wait(&dc, &dm);
+	d_woke++;
+	pthread_mutex_unlock(&dm);
+	return NULL;
+}
+
+static void test_cond_destroy_after_broadcast(void)
+{
+	enum { N = 3 };
+	pthread_t t[N];
+	for (int i = 0; i < N; i++)
+		pthread_create(&t[i], NULL, d_waiter, NULL);
+	/* Once d_ready == N is seen under the mutex, every waiter is inside pthread_cond_wait. */
+	pthread_mutex_lock(&dm);
+	while (d_ready < N) {
+		pthread_mutex_unlock(&dm);
+		usleep(1000);
+		pthread_mutex_lock(&dm);
+	}
+	d_go = 1;
+	int rb = pthread_cond_broadcast(&dc);
+	int rd = pthread_cond_destroy(&dc);
+	pthread_mutex_unlock(&dm);
+	for (int i = 0; i < N; i++)
+		pthread_join(t[i], NULL);
+	printf("%-44s %d\n", "broadcast, destroy under mutex: broadcast", rb);
+	printf("%-44s %d\n", "broadcast, destroy under mutex: destroy", rd);
+	printf("%-44s %d\n", "broadcast, destroy under mutex: woke", d_woke);
+}
+
 /* ---- cancellation inside a condvar wait ----
  * POSIX: the mutex is held again when the cancelled waiter's cleanup handlers run. The handler
  * unlocks an errorcheck mutex: 0 if it was held, EPERM if not. */
@@ -645,6 +689,7 @@ int main(int argc, char **argv)
 	test_mutex();
 	test_foreign_mutexes();
 	test_cond();
+	test_cond_destroy_after_broadcast();
 	test_cond_cancel();
 	test_cond_cancel_signal();
 	test_rwlock();

@@ -37,27 +37,9 @@
 #include <unistd.h>
 
 #include "pvrt/pvhint_abi.h"
+#include "report.h"
 
 #define MAX_CPUS 64
-
-static int failures;
-
-static void report(bool ok, const char *name, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void report(bool ok, const char *name, const char *fmt, ...)
-{
-	va_list ap;
-
-	printf("%s %s: ", ok ? "PASS" : "FAIL", name);
-	va_start(ap, fmt);
-	vprintf(fmt, ap);
-	va_end(ap);
-	putchar('\n');
-	fflush(stdout);
-	if (!ok)
-		failures++;
-}
 
 static double now_s(void)
 {

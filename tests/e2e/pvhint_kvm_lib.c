@@ -27,25 +27,9 @@
 
 #include <pvrt/pvhint.h>
 
+#include "report.h"
+
 #define MAX_CPUS 64
-
-static int failures;
-
-static void report(bool ok, const char *name, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void report(bool ok, const char *name, const char *fmt, ...)
-{
-	va_list ap;
-
-	printf("%s lib-%s: ", ok ? "PASS" : "FAIL", name);
-	va_start(ap, fmt);
-	vprintf(fmt, ap);
-	va_end(ap);
-	putchar('\n');
-	if (!ok)
-		failures++;
-}
 
 static pvhint_t *hint;
 static int nr_online;
@@ -95,6 +79,7 @@ static void *watch(void *arg)
 
 int main(int argc, char **argv)
 {
+	report_prefix = "lib-";
 	struct pvhint_options opts = {.source = "kvm"};
 	struct watcher w[MAX_CPUS];
 	uint64_t steal0[MAX_CPUS], steal1[MAX_CPUS];

@@ -103,7 +103,8 @@ static bool contend_spin(pvrt_rwlock_t *rw, uint32_t s, struct contender *cw)
 	return false;
 }
 
-static int rdlock_common(pvrt_rwlock_t *rw, clockid_t clk, const struct timespec *abs, bool timed)
+/* abs: the deadline on clk, or NULL to wait without one. */
+static int rdlock_common(pvrt_rwlock_t *rw, clockid_t clk, const struct timespec *abs)
 {
 	if ((__atomic_load_n(&rw->state, __ATOMIC_RELAXED) & WRITER) &&
 	    __atomic_load_n(&rw->writer, __ATOMIC_RELAXED) == lk_self_id(lk_self_ult()))
@@ -124,13 +125,8 @@ static int rdlock_common(pvrt_rwlock_t *rw, clockid_t clk, const struct timespec
 		}
 		if (contend_spin(rw, s, &cw))
 			continue;
-		if (timed) {
-			if (abs->tv_sec < 0)
-				return -ETIMEDOUT;
-		} else {
-			clk = CLOCK_MONOTONIC;
-			abs = NULL;
-		}
+		if (abs && abs->tv_sec < 0) /* glibc: a deadline before 1970 has passed */
+			return -ETIMEDOUT;
 		/* Seq_cst (here and below): see the header comment. */
 		__atomic_fetch_add(&rw->nrwait, 1, __ATOMIC_SEQ_CST);
 		uint32_t seq = __atomic_load_n(&rw->rseq, __ATOMIC_SEQ_CST);
@@ -156,7 +152,8 @@ static void writer_left(pvrt_rwlock_t *rw)
 	}
 }
 
-static int wrlock_common(pvrt_rwlock_t *rw, clockid_t clk, const struct timespec *abs, bool timed)
+/* abs: the deadline on clk, or NULL to wait without one. */
+static int wrlock_common(pvrt_rwlock_t *rw, clockid_t clk, const struct timespec *abs)
 {
 	struct pvrt_ult *u = lk_self_ult();
 	int tid = lk_self_id(u);
@@ -177,13 +174,8 @@ static int wrlock_common(pvrt_rwlock_t *rw, clockid_t clk, const struct timespec
 		}
 		if (contend_spin(rw, s, &cw))
 			continue;
-		if (timed) {
-			if (abs->tv_sec < 0)
-				return -ETIMEDOUT;
-		} else {
-			clk = CLOCK_MONOTONIC;
-			abs = NULL;
-		}
+		if (abs && abs->tv_sec < 0) /* glibc: a deadline before 1970 has passed */
+			return -ETIMEDOUT;
 		__atomic_fetch_add(&rw->nwwait, 1, __ATOMIC_SEQ_CST);
 		uint32_t seq = __atomic_load_n(&rw->wseq, __ATOMIC_SEQ_CST);
 		s = __atomic_load_n(&rw->state, __ATOMIC_SEQ_CST);
@@ -202,12 +194,12 @@ static int wrlock_common(pvrt_rwlock_t *rw, clockid_t clk, const struct timespec
 
 int pvrt_rwlock_rdlock(pvrt_rwlock_t *rw)
 {
-	return rdlock_common(rw, CLOCK_MONOTONIC, NULL, false);
+	return rdlock_common(rw, CLOCK_MONOTONIC, NULL);
 }
 
 int pvrt_rwlock_wrlock(pvrt_rwlock_t *rw)
 {
-	return wrlock_common(rw, CLOCK_MONOTONIC, NULL, false);
+	return wrlock_common(rw, CLOCK_MONOTONIC, NULL);
 }
 
 int pvrt_rwlock_timedrdlock(pvrt_rwlock_t *rw, clockid_t clk, const struct timespec *abstime)
@@ -215,14 +207,14 @@ int pvrt_rwlock_timedrdlock(pvrt_rwlock_t *rw, clockid_t clk, const struct times
 	/* glibc checks clock and timespec before anything else. */
 	if (!lk_valid_clock(clk) || !abstime || !lk_valid_timespec(abstime))
 		return -EINVAL;
-	return rdlock_common(rw, clk, abstime, true);
+	return rdlock_common(rw, clk, abstime);
 }
 
 int pvrt_rwlock_timedwrlock(pvrt_rwlock_t *rw, clockid_t clk, const struct timespec *abstime)
 {
 	if (!lk_valid_clock(clk) || !abstime || !lk_valid_timespec(abstime))
 		return -EINVAL;
-	return wrlock_common(rw, clk, abstime, true);
+	return wrlock_common(rw, clk, abstime);
 }
 
 int pvrt_rwlock_tryrdlock(pvrt_rwlock_t *rw)

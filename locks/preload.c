@@ -40,6 +40,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -510,6 +511,8 @@ EXPORT int pthread_create(pthread_t *t, const pthread_attr_t *attr, void *(*fn)(
 
 /* ---- load and exit ---- */
 
+static void env_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
 static const char *stats_file;
 
 static void write_stats(void)
@@ -537,6 +540,9 @@ static void write_stats(void)
 		ssize_t w = write(fd, buf, n);
 		(void)w;
 		close(fd);
+	} else {
+		env_warn("PVRT_STATS_FILE='%.200s': cannot open: %s; statistics not written",
+			 stats_file, strerror(errno));
 	}
 	errno = saved;
 }
@@ -548,11 +554,49 @@ static void preload_atfork_child(void)
 	emu_handle = NULL;
 }
 
+/*
+ * Bad settings in the environment. The preload has no caller to return an error to and must
+ * not stop the program it was injected into, so it says once, on stderr, what it ignored and
+ * what it does instead (locks/README.md, "Environment"). One write(2) of the whole line: lines
+ * of concurrent processes do not interleave and stdio is not touched from the constructor.
+ */
+static void env_warn(const char *fmt, ...)
+{
+	char buf[512];
+	int n = snprintf(buf, sizeof(buf), "libpvrt-preload: ");
+	va_list ap;
+	va_start(ap, fmt);
+	int k = vsnprintf(buf + n, sizeof(buf) - (size_t)n - 1, fmt, ap);
+	va_end(ap);
+	if (k < 0)
+		return;
+	n += k;
+	if ((size_t)n > sizeof(buf) - 2)
+		n = (int)sizeof(buf) - 2; /* truncated by vsnprintf: still one line */
+	buf[n++] = '\n';
+	ssize_t w = write(STDERR_FILENO, buf, (size_t)n);
+	(void)w;
+}
+
+/* PVRT_LOCKS: unset, empty or "pvrt" selects pvrt's locks, "glibc" glibc's; anything else is
+ * reported and means pvrt (the value pvrt-run never sets, so a hand-written typo). */
+static void parse_locks_env(void)
+{
+	const char *locks = getenv("PVRT_LOCKS");
+	if (!locks || !*locks || !strcmp(locks, "pvrt"))
+		return;
+	if (!strcmp(locks, "glibc")) {
+		all_glibc = true;
+		return;
+	}
+	env_warn("PVRT_LOCKS='%.64s' is not valid (accepted: pvrt, glibc, or unset); using pvrt",
+		 locks);
+}
+
 __attribute__((constructor)) static void preload_init(void)
 {
 	int saved = errno;
-	const char *locks = getenv("PVRT_LOCKS");
-	all_glibc = locks && !strcmp(locks, "glibc");
+	parse_locks_env();
 	const char *sf = getenv("PVRT_STATS_FILE");
 	if (sf && *sf) {
 		stats_file = strdup(sf);
@@ -563,7 +607,14 @@ __attribute__((constructor)) static void preload_init(void)
 	if (dladdr((void *)pvhint_header, &info))
 		hint_lib_base = info.dli_fbase;
 	pvhint_t *h = NULL;
-	if (pvhint_default(&h) == 0 && h && strcmp(pvhint_source_name(h), "emu") == 0) {
+	if (pvhint_default(&h) < 0) {
+		/* A bad PVRT_HINTS or PVRT_EMU (libpvhint's message names the variable, the
+		 * value and what it accepts): the locks then run on source none, as pvhint_default
+		 * leaves them. */
+		env_warn("%s; using hint source none", pvhint_errmsg());
+		h = NULL;
+	}
+	if (h && strcmp(pvhint_source_name(h), "emu") == 0) {
 		pthread_key_create(&detach_key, detach_at_exit);
 		pthread_atfork(NULL, NULL, preload_atfork_child);
 		/* Release: the handle is complete before pthread_create reads it. */

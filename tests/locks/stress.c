@@ -166,6 +166,21 @@ static void run(void *(*fn)(void *), int n)
 	pthread_barrier_destroy(&gate);
 }
 
+/* Events of one lock class since 'before' (to show how contended a part was). */
+static struct pvrt_lock_stats stats_since(enum pvrt_lock_class c,
+					  const struct pvrt_lock_stats *before)
+{
+	struct pvrt_lock_stats now;
+	pvrt_locks_stats_get(c, &now);
+	return (struct pvrt_lock_stats){
+	    .acquisitions = now.acquisitions - before->acquisitions,
+	    .contended = now.contended - before->contended,
+	    .spin_cut = now.spin_cut - before->spin_cut,
+	    .parks = now.parks - before->parks,
+	    .handoffs = now.handoffs - before->handoffs,
+	};
+}
+
 /* ---- mutex: lock / trylock / timedlock (both clocks), short and long sections ---- */
 static pvrt_mutex_t mx = PVRT_MUTEX_INITIALIZER;
 static long mx_count, mx_timeouts;
@@ -236,6 +251,8 @@ static long rw_reads, rw_rd_timeouts, rw_wr_timeouts, rw_busy, rw_nested;
 static long rw_gen0; /* generation at the start of a run */
 static int rw_readers_in, rw_writer_in;
 static int rw_reader_pref;
+static long rw_epoch;	    /* writes so far, read outside the lock */
+static int rw_writers_left; /* writers still running */
 
 static void dwell(int n)
 {
@@ -274,8 +291,23 @@ static void *rw_reader(void *p)
 {
 	long id = (long)p;
 	long n = 4000 * scale;
+	long seen = 0;
 	for (long i = 0; i < n; i++) {
 		int r;
+		if (i % 8 == 7) {
+			/*
+			 * Let a writer in before reading on. Without this, readers (which overlap
+			 * and, under reader preference, keep the lock read-held) finish first and
+			 * the writers then run alone, so the two would barely meet. Waiting outside
+			 * the lock holds nothing: once every reader waits, the lock is free and a
+			 * writer gets it, unless its wake-up was lost (then this hangs: the test
+			 * fails by its timeout). Relaxed: only progress is read here.
+			 */
+			while (__atomic_load_n(&rw_epoch, __ATOMIC_RELAXED) == seen &&
+			       __atomic_load_n(&rw_writers_left, __ATOMIC_RELAXED))
+				sched_yield();
+			seen = __atomic_load_n(&rw_epoch, __ATOMIC_RELAXED);
+		}
 		switch ((i + id) % 6) {
 		case 0:
 			r = pvrt_rwlock_tryrdlock(&rw);
@@ -299,7 +331,7 @@ static void *rw_reader(void *p)
 		}
 		if (r)
 			FAIL("rdlock %d", r);
-		rw_reader_body(false, i % 8 == 0);
+		rw_reader_body(false, i % 4 == 0);
 		if (rw_reader_pref && i % 7 == 0) {
 			/* Reader preference lets a reader lock again while writers wait
 			 * (POSIX's recursive read lock); a wrong refusal hangs here. */
@@ -356,6 +388,8 @@ static void *rw_writer(void *p)
 				dwell(20);
 		}
 		rw_writes++;
+		/* Relaxed: a progress count for waiting readers (see rw_reader). */
+		__atomic_fetch_add(&rw_epoch, 1, __ATOMIC_RELAXED);
 		__atomic_store_n(&rw_writer_in, 0, __ATOMIC_RELAXED);
 		if (pvrt_rwlock_unlock(&rw))
 			FAIL("wrunlock");
@@ -366,7 +400,12 @@ static void *rw_writer(void *p)
 static void *rw_thread(void *p)
 {
 	long id = (long)p;
-	return id < RW_WRITERS ? rw_writer(p) : rw_reader((void *)(id - RW_WRITERS));
+	if (id >= RW_WRITERS)
+		return rw_reader((void *)(id - RW_WRITERS));
+	rw_writer(p);
+	/* Relaxed: see rw_reader; the join orders everything else. */
+	__atomic_fetch_sub(&rw_writers_left, 1, __ATOMIC_RELAXED);
+	return NULL;
 }
 
 static void rw_test(int pref)
@@ -375,7 +414,12 @@ static void rw_test(int pref)
 		FAIL("rwlock init");
 	rw_reader_pref = pref == PVRT_RWLOCK_PREFER_READER;
 	rw_writes = rw_reads = rw_rd_timeouts = rw_wr_timeouts = rw_busy = rw_nested = 0;
+	rw_epoch = 0;
+	rw_writers_left = RW_WRITERS;
+	struct pvrt_lock_stats before;
+	pvrt_locks_stats_get(PVRT_LOCK_RWLOCK, &before);
 	run(rw_thread, RW_WRITERS + RW_READERS);
+	struct pvrt_lock_stats st = stats_since(PVRT_LOCK_RWLOCK, &before);
 	/* Every attempt either got the lock or timed out; the words hold one generation per
 	 * write (continued from the previous run). */
 	if (rw_writes + rw_wr_timeouts != 1500 * scale * RW_WRITERS)
@@ -394,9 +438,10 @@ static void rw_test(int pref)
 	if (pvrt_rwlock_destroy(&rw))
 		FAIL("rwlock destroy");
 	printf("rwlock %s: %ld writes (%ld timed out), %ld reads (%ld timed out, %ld nested), "
-	       "%ld busy\n",
+	       "%ld busy; %llu of %llu acquisitions contended, %llu parks\n",
 	       rw_reader_pref ? "reader-pref" : "writer-pref", rw_writes, rw_wr_timeouts, rw_reads,
-	       rw_rd_timeouts, rw_nested, rw_busy);
+	       rw_rd_timeouts, rw_nested, rw_busy, (unsigned long long)st.contended,
+	       (unsigned long long)st.acquisitions, (unsigned long long)st.parks);
 }
 
 /* ---- condvar: bounded queue, signal and broadcast, timed waits ---- */
@@ -568,7 +613,10 @@ static void sem_test(void)
 {
 	if (pvrt_sem_init(&sem_slots, SEM_CAP) || pvrt_sem_init(&sem_items, 0))
 		FAIL("sem init");
+	struct pvrt_lock_stats before;
+	pvrt_locks_stats_get(PVRT_LOCK_SEM, &before);
 	run(sem_thread, SEM_PRODUCERS + SEM_CONSUMERS);
+	struct pvrt_lock_stats st = stats_since(PVRT_LOCK_SEM, &before);
 	long total = SEM_ITEMS * SEM_PRODUCERS;
 	/* Items 1..total, each produced once and consumed once. */
 	if (sem_consumed != total || sem_psum != total * (total + 1) / 2 || sem_csum != sem_psum)
@@ -583,8 +631,10 @@ static void sem_test(void)
 		FAIL("sem: trywait on an empty semaphore");
 	if (pvrt_sem_destroy(&sem_slots) || pvrt_sem_destroy(&sem_items))
 		FAIL("sem destroy");
-	printf("sem: %ld items, %ld timed waits timed out, %ld trywaits failed\n", total,
-	       sem_timeouts, sem_try_fail);
+	printf("sem: %ld items, %ld timed waits timed out, %ld trywaits failed; %llu of %llu "
+	       "acquisitions contended, %llu parks\n",
+	       total, sem_timeouts, sem_try_fail, (unsigned long long)st.contended,
+	       (unsigned long long)st.acquisitions, (unsigned long long)st.parks);
 }
 
 /* ---- barrier: each round everyone sees the same round number ---- */

@@ -609,6 +609,65 @@ static void *sem_thread(void *p)
 	return id < SEM_PRODUCERS ? sem_producer(id) : sem_consumer(id - SEM_PRODUCERS);
 }
 
+/*
+ * Bursts: SEM_CONSUMERS threads wait (plain waits) on an empty semaphore, then SEM_CONSUMERS
+ * posts come back to back; every waiter must get one. This catches a post that wakes only
+ * when the count leaves 0 (the second post of a burst then wakes nobody and a waiter sleeps
+ * for good with a count of 1: the test hangs), which the ring above hides because later posts
+ * rescue the sleeper. The short sleep before a burst only lets the waiters reach their park,
+ * which makes such a bug show; nothing depends on its length.
+ */
+static pvrt_sem_t sem_burst;
+static long burst_arrived, burst_taken, burst_round;
+
+static void *burst_waiter(void *p)
+{
+	(void)p;
+	for (long r = 1; r <= 300 * scale; r++) {
+		/* One token per waiter and round: wait for the round to begin (else a fast
+		 * waiter could take two tokens of one burst). Relaxed (all three counters):
+		 * main and the waiters only poll them for progress; the semaphore itself is
+		 * what is checked. */
+		while (__atomic_load_n(&burst_round, __ATOMIC_RELAXED) < r)
+			sched_yield();
+		__atomic_fetch_add(&burst_arrived, 1, __ATOMIC_RELAXED);
+		if (pvrt_sem_wait(&sem_burst))
+			FAIL("burst sem_wait");
+		__atomic_fetch_add(&burst_taken, 1, __ATOMIC_RELAXED);
+	}
+	return NULL;
+}
+
+static void sem_burst_test(void)
+{
+	pthread_t t[SEM_CONSUMERS];
+	struct start s[SEM_CONSUMERS];
+	if (pvrt_sem_init(&sem_burst, 0))
+		FAIL("sem init");
+	for (long i = 0; i < SEM_CONSUMERS; i++) {
+		s[i] = (struct start){burst_waiter, i, NULL};
+		if (pthread_create(&t[i], NULL, start, &s[i]))
+			FAIL("pthread_create");
+	}
+	for (long r = 1; r <= 300 * scale; r++) {
+		__atomic_store_n(&burst_round, r, __ATOMIC_RELAXED);
+		while (__atomic_load_n(&burst_arrived, __ATOMIC_RELAXED) < r * SEM_CONSUMERS)
+			sched_yield();
+		usleep(50);
+		for (int k = 0; k < SEM_CONSUMERS; k++)
+			if (pvrt_sem_post(&sem_burst))
+				FAIL("burst sem_post");
+		/* A lost wake-up leaves this loop waiting for good (ctest's timeout). */
+		while (__atomic_load_n(&burst_taken, __ATOMIC_RELAXED) < r * SEM_CONSUMERS)
+			sched_yield();
+	}
+	for (int i = 0; i < SEM_CONSUMERS; i++)
+		pthread_join(t[i], NULL);
+	int v;
+	if (pvrt_sem_getvalue(&sem_burst, &v) || v != 0)
+		FAIL("burst: value %d at the end", v);
+}
+
 static void sem_test(void)
 {
 	if (pvrt_sem_init(&sem_slots, SEM_CAP) || pvrt_sem_init(&sem_items, 0))
@@ -753,6 +812,7 @@ int main(int argc, char **argv)
 		FAIL("cond destroy");
 
 	sem_test();
+	sem_burst_test();
 
 	pvrt_barrier_init(&bar, NT);
 	run(barrier_thread, NT);

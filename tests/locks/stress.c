@@ -53,8 +53,8 @@ static long scale = 1;
  * hint-dependent branch runs: the owner's vCPU preempted (spins cut short), the pCPU under a
  * vCPU idle or busy (wake-up choices), and the spinner's own steal time growing or still (the
  * short spin budget of a vCPU that shares its physical CPU, or the long one). Threads that are
- * not attached to an emulated vCPU read the record of the CPU they run on, so all records
- * change alike.
+ * not attached to an emulated vCPU read the record of the CPU they run on; all records change
+ * alike, so which one does not matter.
  */
 #define FAKE_VCPUS 8
 static struct pvhint_record fake_rec[FAKE_VCPUS];

@@ -77,7 +77,10 @@
  *  - the last reference does not wake destroy (it tests r == 1, not
  *    DESTROYING | 1: invalid end state);
  *  - a waiter queues without taking a reference (assertion: it touches the
- *    condvar after destroy returned).
+ *    condvar after destroy returned);
+ *  - broadcast marks only the first node CHAINED (assertion: a node is
+ *    signalled while WAITING; a later chained waiter that timed out would
+ *    think itself still queued).
  */
 #define NW	   3
 #define NONE	   255

@@ -148,6 +148,12 @@ static inline int lk_wake(uint32_t *addr, int n)
 	return pvrt_futex_wake(addr, n);
 }
 
+/* Wake one waiter, preferring one whose vCPU will run soon (see pvrt_futex_wake_hinted). */
+static inline int lk_wake_one(uint32_t *addr)
+{
+	return pvrt_futex_wake_hinted(addr, lk_hints());
+}
+
 /* A small internal lock (3-state futex lock) for short queue manipulations. */
 void lk_ilock_slow(uint32_t *w);
 static inline void lk_ilock(uint32_t *w)

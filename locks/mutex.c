@@ -438,11 +438,8 @@ static void release_slow(pvrt_mutex_t *m)
 		if (is_target(t) && __atomic_compare_exchange_n(&m->handoff, &t, 0, false,
 								__ATOMIC_RELAXED, __ATOMIC_RELAXED))
 			lk_wake(&m->handoff, 1);
-		if (w & WAITERS) {
-			if (!hints)
-				hints = lk_hints();
-			pvrt_futex_wake_hinted(&m->word, hints);
-		}
+		if (w & WAITERS)
+			lk_wake_one(&m->word);
 		return;
 	}
 }

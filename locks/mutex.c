@@ -137,7 +137,7 @@ static bool own_vcpu_shared(pvhint_t *h, struct pvrt_ult *u)
 		lk_steal_seen = st;
 		return false;
 	}
-	uint64_t now = lk_now_ns();
+	uint64_t now = pvrt_now_ns();
 	if (st != lk_steal_seen) {
 		lk_steal_seen = st;
 		lk_steal_at = now;
@@ -373,7 +373,7 @@ static int lock_slow(pvrt_mutex_t *m, clockid_t clk, const struct timespec *abs,
 				return 0;
 			continue;
 		}
-		if (t0 && lk_now_ns() - t0 >= LK_STARVE_NS) {
+		if (t0 && pvrt_now_ns() - t0 >= LK_STARVE_NS) {
 			int r = handoff_acquire(m, clk, abs, u);
 			if (r != -EAGAIN)
 				return r;
@@ -387,7 +387,7 @@ static int lock_slow(pvrt_mutex_t *m, clockid_t clk, const struct timespec *abs,
 			w |= WAITERS;
 		}
 		if (!t0)
-			t0 = lk_now_ns();
+			t0 = pvrt_now_ns();
 		extra = WAITERS;
 		int r = lk_park(&m->word, w, clk, abs, C);
 		if (r == -ETIMEDOUT || r == -EINVAL)

@@ -75,7 +75,7 @@ static inline struct pvrt_spinq_node *lk_spinq_wait_next(struct pvrt_spinq_node 
 			if (next)
 				return next;
 		}
-		lk_cpu_relax();
+		pvrt_cpu_relax();
 	}
 }
 
@@ -104,7 +104,7 @@ static inline bool lk_spinq_lock(struct pvrt_spinq_node **tail, struct pvrt_spin
 		struct pvrt_spinq_node *p = SQ_LOAD_RELAXED(&n->prev);
 		if (give_up(arg) || lk_vcpu1_preempted(h, SQ_LOAD_RELAXED(&p->vcpu1)))
 			break;
-		lk_cpu_relax();
+		pvrt_cpu_relax();
 	}
 
 	/* Step A: unlink from the predecessor, unless it is handing the head to us right now. */
@@ -115,7 +115,7 @@ static inline bool lk_spinq_lock(struct pvrt_spinq_node **tail, struct pvrt_spin
 		/* The predecessor took n off its 'next' to make us the head: we are. */
 		if (SQ_LOAD(&n->locked))
 			return true;
-		lk_cpu_relax();
+		pvrt_cpu_relax();
 		/* It may itself have left and relinked us to its own predecessor. */
 		prev = SQ_LOAD(&n->prev);
 	}

@@ -10,7 +10,8 @@
  * PVRT_BENCH_THREADS waiters (default 4); under PVRT_HINTS=emu every thread is attached to an
  * emulated vCPU, round robin. PVRT_BENCH_SECONDS per run (default 0.5).
  */
-#define _GNU_SOURCE
+#include "lockwork.h"
+
 #include <pvrt/cond.h>
 #include <pvrt/mutex.h>
 #include <pvrt/pvhint.h>
@@ -156,12 +157,7 @@ static void bm_broadcast(pvrt_bench_state *st)
 
 int main(int argc, char **argv)
 {
-	const char *e = getenv("PVRT_BENCH_SECONDS");
-	if (e && atof(e) > 0)
-		seconds = atof(e);
-	e = getenv("PVRT_BENCH_THREADS");
-	if (e && atoi(e) > 0)
-		waiters = atoi(e) > 64 ? 64 : atoi(e);
+	lw_env(&seconds, &waiters);
 	for (int k = 0; k < K_N; k++) {
 		char name[64];
 		snprintf(name, sizeof(name), "cond_broadcast/%s", kname[k]);

@@ -97,11 +97,28 @@ struct blind_est {
 	const pvrt_mutex_t *m;
 	uint32_t ns;
 };
-static __thread struct blind_est lk_est[EST_SLOTS] __attribute__((tls_model("initial-exec")));
 
-static struct blind_est *blind_slot(const pvrt_mutex_t *m)
+/* The mutex's per-thread state: blind estimates and the last steal seen (below). */
+struct mx_thread {
+	struct blind_est est[EST_SLOTS];
+	uint64_t steal_seen, steal_at;
+	bool steal_primed;
+};
+static __thread struct mx_thread mx_tls __attribute__((tls_model("initial-exec")));
+
+/* The calling kernel thread's state. A real call with a memory clobber: a ULT may resume on
+ * another worker after lk_park or a yield, and a compiler may keep an inlined thread-local
+ * address across those calls (aarch64 does). */
+static __attribute__((noinline)) struct mx_thread *mx_self(void)
 {
-	struct blind_est *e = &lk_est[((uintptr_t)m >> 6) % EST_SLOTS];
+	__asm__ volatile("" ::: "memory");
+	return &mx_tls;
+}
+
+static struct blind_est *blind_slot(struct mx_thread *t, const pvrt_mutex_t *m)
+{
+	/* Fibonacci hashing of the whole address: neighbours in an array of mutexes differ. */
+	struct blind_est *e = &t->est[((uintptr_t)m * 0x9E3779B97F4A7C15ull) >> 61];
 	if (e->m != m) {
 		e->m = m;
 		e->ns = LK_SPIN_BLIND_NS / 2;
@@ -119,10 +136,7 @@ static struct blind_est *blind_slot(const pvrt_mutex_t *m)
  * read is needed) and a clock read, on the contended path only. The last seen
  * value is per kernel thread, i.e. per worker for ULTs, whose vCPU it is.
  */
-static __thread uint64_t lk_steal_seen __attribute__((tls_model("initial-exec")));
-static __thread uint64_t lk_steal_at __attribute__((tls_model("initial-exec")));
-static __thread bool lk_steal_primed __attribute__((tls_model("initial-exec")));
-static bool own_vcpu_shared(pvhint_t *h, struct pvrt_ult *u)
+static bool own_vcpu_shared(struct mx_thread *t, pvhint_t *h, struct pvrt_ult *u)
 {
 	if (!(h->valid & PVHINT_VALID_STEAL))
 		return false;
@@ -131,18 +145,18 @@ static bool own_vcpu_shared(pvhint_t *h, struct pvrt_ult *u)
 		return false;
 	/* Relaxed: a hint compared for change only; a torn or stale value costs one decision. */
 	uint64_t st = __atomic_load_n(&h->rec[v].steal, __ATOMIC_RELAXED);
-	if (!lk_steal_primed) {
+	if (!t->steal_primed) {
 		/* The first read is a baseline: steal is cumulative, not a change. */
-		lk_steal_primed = true;
-		lk_steal_seen = st;
+		t->steal_primed = true;
+		t->steal_seen = st;
 		return false;
 	}
 	uint64_t now = pvrt_now_ns();
-	if (st != lk_steal_seen) {
-		lk_steal_seen = st;
-		lk_steal_at = now;
+	if (st != t->steal_seen) {
+		t->steal_seen = st;
+		t->steal_at = now;
 	}
-	return lk_steal_at != 0 && now - lk_steal_at < LK_STEAL_RECENT_NS;
+	return t->steal_at != 0 && now - t->steal_at < LK_STEAL_RECENT_NS;
 }
 
 struct spin_ctx {
@@ -187,17 +201,17 @@ static bool queue_give_up(void *arg)
  * Spin while that can win: the owner's vCPU is not preempted, no hand-off is
  * pending, and the budget lasts. Waiters queue in the spinner queue; only its
  * head polls the word, with back-off (without it the word moved between cores
- * on nearly every acquisition of short sections). 'extra' is WAITERS once the
- * caller has parked (see the header comment).
+ * on nearly every acquisition of short sections). The head leaves the queue
+ * before it takes the word, so the new owner never waits in the queue's
+ * hand-shakes. 'extra' is WAITERS once the caller has parked (see the header
+ * comment).
  */
 static bool spin_acquire(pvrt_mutex_t *m, uint32_t extra, struct pvrt_ult *self)
 {
-	struct pvrt_spinq_node *node = lk_spinq_node();
-	if (!node)
-		return false;
 	pvhint_t *h = lk_hints();
-	bool blind = !(h->valid & PVHINT_VALID_PREEMPTED) || own_vcpu_shared(h, self);
-	struct blind_est *est = blind ? blind_slot(m) : NULL;
+	struct mx_thread *t = mx_self();
+	bool blind = !(h->valid & PVHINT_VALID_PREEMPTED) || own_vcpu_shared(t, h, self);
+	struct blind_est *est = blind ? blind_slot(t, m) : NULL;
 	uint64_t budget = LK_SPIN_NS;
 	if (blind) {
 		budget = 2 * (uint64_t)est->ns + 500;
@@ -206,51 +220,61 @@ static bool spin_acquire(pvrt_mutex_t *m, uint32_t extra, struct pvrt_ult *self)
 	}
 	struct spin_ctx c = {.m = m, .h = h};
 	lk_spin_init(&c.sp, budget);
-	uint32_t vcpu1 = vcpu16(lk_self_vcpu1(self));
-	bool got = false;
-requeue:
-	if (!lk_spinq_lock(&m->spinq, node, vcpu1, h, queue_give_up, &c))
-		goto out;
-	for (unsigned i = 0;; i++) {
-		uint32_t w = __atomic_load_n(&m->word, __ATOMIC_RELAXED);
-		if (!(w & LOCKED)) {
-			/* Acquire: the previous owner's critical section happens-before ours. */
-			if (__atomic_compare_exchange_n(&m->word, &w, w | LOCKED | extra, false,
-							__ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) {
-				got = true;
+	bool got = false, moved = false;
+	for (;;) {
+		/* Fetched again after a yield: we may be on another worker (its node, its vCPU). */
+		struct pvrt_spinq_node *node = lk_spinq_node();
+		if (!node || !lk_spinq_lock(&m->spinq, node, vcpu16(lk_self_vcpu1(self)), h,
+					    queue_give_up, &c))
+			break;
+		bool again = false;
+		for (unsigned i = 0;; i++) {
+			uint32_t w = __atomic_load_n(&m->word, __ATOMIC_RELAXED);
+			if (!(w & LOCKED)) {
+				lk_spinq_unlock(&m->spinq, node);
+				/* Acquire: the previous owner's critical section happens-before
+				 * ours. Lost the race: queue again (the budget goes on). */
+				got = __atomic_compare_exchange_n(&m->word, &w, w | LOCKED | extra,
+								  false, __ATOMIC_ACQUIRE,
+								  __ATOMIC_RELAXED);
+				again = !got;
 				break;
 			}
-			continue;
-		}
-		if (self && (i & 7) == 0) {
-			/* A ULT owner that sits queued (not running) releases only once it runs:
-			 * run it now instead of spinning (we are queued ready meanwhile). Leave
-			 * the spinner queue first: its node is our worker's, and the worker
-			 * runs other ULTs while we are away. */
-			struct pvrt_ult *ou = __atomic_load_n(&m->owner_ult, __ATOMIC_RELAXED);
-			if (ou && __atomic_load_n(&ou->state, __ATOMIC_RELAXED) == ULT_READY) {
+			if (self && (i & 7) == 0) {
+				/* A ULT owner that sits queued (not running) on a worker we may run
+				 * it on releases only once it runs: run it now instead of spinning
+				 * (we are queued ready meanwhile). Leave the spinner queue first:
+				 * its node is our worker's, and the worker runs other ULTs while we
+				 * are away. */
+				struct pvrt_ult *ou =
+				    __atomic_load_n(&m->owner_ult, __ATOMIC_RELAXED);
+				if (ou && pvrt_ult_can_yield_to(ou)) {
+					lk_spinq_unlock(&m->spinq, node);
+					if (pvrt_ult_try_yield_to(ou)) {
+						lk_stat(C, LK_SPIN_CUT);
+						moved = true;
+					}
+					/* A failed yield still costs budget: no endless loop. */
+					again = !spin_futile(&c, w);
+					break;
+				}
+			}
+			if (spin_futile(&c, w)) {
 				lk_spinq_unlock(&m->spinq, node);
-				if (pvrt_ult_try_yield_to(ou))
-					lk_stat(C, LK_SPIN_CUT);
-				/* We may be on another worker now: its node, its vCPU. */
-				node = lk_spinq_node();
-				if (!node)
-					goto out;
-				vcpu1 = vcpu16(lk_self_vcpu1(self));
-				goto requeue;
+				break;
 			}
 		}
-		if (spin_futile(&c, w))
+		if (!again)
 			break;
 	}
-	lk_spinq_unlock(&m->spinq, node);
-out:
 	if (c.cut)
 		lk_stat(C, LK_SPIN_CUT);
-	if (blind && got) {
-		uint64_t t = lk_spin_elapsed(&c.sp), e = est->ns;
-		est->ns = (uint32_t)(t > e ? e + (t - e) / 8 : e - (e - t) / 8);
-	} else if (blind && c.ran_out) {
+	/* The estimate belongs to the thread we started on; after a yield we may be on another,
+	 * and the time away was not spinning: leave it alone then. */
+	if (blind && !moved && got) {
+		uint64_t el = lk_spin_elapsed(&c.sp), e = est->ns;
+		est->ns = (uint32_t)(el > e ? e + (el - e) / 8 : e - (e - el) / 8);
+	} else if (blind && !moved && c.ran_out) {
 		est->ns -= est->ns / 4;
 	}
 	return got;
@@ -261,8 +285,10 @@ out:
  * before it parks: a grant to a sleeping target adds a wake-up to the
  * hand-over, during which the lock is held by nobody running.
  */
-static void await_grant(pvrt_mutex_t *m, uint32_t t)
+static void await_grant(pvrt_mutex_t *m, uint32_t t, struct pvrt_ult *u)
 {
+	if (u)
+		return; /* a ULT parks (switches away): its owner may be a ULT of this worker */
 	pvhint_t *h = lk_hints();
 	struct lk_spin sp;
 	lk_spin_init(&sp, lk_spin_budget(h));
@@ -326,7 +352,7 @@ static int handoff_acquire(pvrt_mutex_t *m, clockid_t clk, const struct timespec
 							 __ATOMIC_SEQ_CST, __ATOMIC_RELAXED))
 				continue;
 		}
-		await_grant(m, t);
+		await_grant(m, t, u);
 		int r = lk_park(&m->handoff, t, clk, abs, C);
 		if (r == -ETIMEDOUT || r == -EINVAL) {
 			uint32_t e = t;

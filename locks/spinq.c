@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-__thread struct pvrt_spinq_node *lk_spinq_mine __attribute__((tls_model("initial-exec")));
+static __thread struct pvrt_spinq_node *lk_spinq_mine __attribute__((tls_model("initial-exec")));
 
 static uint32_t pool_lock; /* lk_ilock */
 static struct pvrt_spinq_node *pool;
@@ -49,7 +49,7 @@ __attribute__((constructor)) static void pool_atfork_register(void)
 	pthread_atfork(NULL, NULL, pool_atfork_child);
 }
 
-struct pvrt_spinq_node *lk_spinq_node_slow(void)
+static struct pvrt_spinq_node *node_alloc(void)
 {
 	pthread_once(&exit_once, exit_key_create);
 	lk_ilock(&pool_lock);
@@ -69,4 +69,13 @@ struct pvrt_spinq_node *lk_spinq_node_slow(void)
 		pthread_setspecific(exit_key, n);
 	lk_spinq_mine = n;
 	return n;
+}
+
+__attribute__((noinline)) struct pvrt_spinq_node *lk_spinq_node(void)
+{
+	/* The empty asm keeps the compiler from treating this as pure and reusing an old result
+	 * after a ULT switch (see spinq.h). */
+	__asm__ volatile("" ::: "memory");
+	struct pvrt_spinq_node *n = lk_spinq_mine;
+	return lk_likely(n != NULL) ? n : node_alloc();
 }

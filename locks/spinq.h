@@ -7,9 +7,14 @@
  * predecessor's vCPU was preempted) and leave the middle of the queue: the unqueue protocol is
  * the kernel's (kernel/locking/osq_lock.c), steps A-C below.
  *
- * The queue only decides who may spin; it protects no data and nothing waits on it for ever
- * (every wait in it is bounded by the caller's give-up test), so the lock's correctness never
- * depends on it: a spinner that gives up parks on the lock word as any waiter.
+ * The queue only decides who may spin and protects no data, so the lock's correctness never
+ * depends on it: a spinner that gives up parks on the lock word as any waiter. Waiting to become
+ * the head is bounded by the caller's give-up test. The hand-shakes of leaving (steps A and B,
+ * and the head's unlock) wait for a neighbour to finish the two or three stores it is in the
+ * middle of; the kernel runs them with preemption off, here the neighbour may be descheduled in
+ * between, so after a few polls those waits yield the CPU (a neighbour on the same CPU then
+ * runs). The mutex hands the head on before it takes the lock word, so an owner never waits in
+ * them (locks/mutex.c).
  *
  * Nodes are per kernel thread and type-stable: never freed, only recycled through a pool when
  * their thread exits (spinq.c). Unqueueing reads a predecessor that may have just left (the
@@ -17,7 +22,13 @@
  * reused memory, and a compare-and-swap on a recycled node can only succeed if that node links
  * to us, i.e. is our real predecessor. A ULT uses its worker's node: it never switches away while
  * queued (the mutex leaves the queue before yielding), so no other ULT of that worker can queue
- * with the same node meanwhile.
+ * with the same node meanwhile; after a switch it must fetch the node again (lk_spinq_node() is
+ * a real call for that reason: a compiler may keep an inlined thread-local address across the
+ * switch, and the ULT may resume on another worker).
+ *
+ * Fork: a node of a parent thread that was queued at fork() stays in that queue in the child
+ * for good, owned by nobody. Spinners behind it spend their budget and park, so spinning on that
+ * one mutex is lost in the child; nothing else is.
  *
  * Every queue operation is sequentially consistent, as the kernel's xchg/cmpxchg are fully
  * ordered: the node fields a thread writes before linking itself are visible to whoever reaches
@@ -29,6 +40,7 @@
 
 #include "lk.h"
 
+#include <sched.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -40,14 +52,9 @@ struct pvrt_spinq_node {
 	struct pvrt_spinq_node *pool; /* free-list link (spinq.c) */
 } __attribute__((aligned(64)));
 
-/* The calling kernel thread's node (allocated on first use); NULL when out of memory. */
-struct pvrt_spinq_node *lk_spinq_node_slow(void);
-extern __thread struct pvrt_spinq_node *lk_spinq_mine __attribute__((tls_model("initial-exec")));
-static inline struct pvrt_spinq_node *lk_spinq_node(void)
-{
-	struct pvrt_spinq_node *n = lk_spinq_mine;
-	return lk_likely(n != NULL) ? n : lk_spinq_node_slow();
-}
+/* The calling kernel thread's node (allocated on first use); NULL when out of memory. Not
+ * inline: see the ULT note above. */
+struct pvrt_spinq_node *lk_spinq_node(void);
 
 #define SQ_LOAD(p)     __atomic_load_n(p, __ATOMIC_SEQ_CST)
 #define SQ_STORE(p, v) __atomic_store_n(p, v, __ATOMIC_SEQ_CST)
@@ -56,17 +63,26 @@ static inline struct pvrt_spinq_node *lk_spinq_node(void)
 	__atomic_compare_exchange_n(p, e, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)
 #define SQ_LOAD_RELAXED(p) __atomic_load_n(p, __ATOMIC_RELAXED)
 
+/* A poll in a leaving hand-shake: pause, and after a while let a descheduled neighbour run. */
+static inline void sq_handshake_pause(unsigned *polls)
+{
+	if (++*polls < 64)
+		pvrt_cpu_relax();
+	else
+		sched_yield();
+}
+
 /*
  * Wait until n is the successor of nothing (the tail moved back to 'prev', or to empty when
  * prev is NULL) -- returns NULL -- or until a successor has linked itself to n, which is then
- * detached from n and returned. Bounded: a successor that swapped itself into the tail links
- * itself right away.
+ * detached from n and returned. A successor that swapped itself into the tail links itself
+ * right away, unless it is descheduled in between (see the file comment).
  */
 static inline struct pvrt_spinq_node *lk_spinq_wait_next(struct pvrt_spinq_node **tail,
 							 struct pvrt_spinq_node *n,
 							 struct pvrt_spinq_node *prev)
 {
-	for (;;) {
+	for (unsigned polls = 0;; sq_handshake_pause(&polls)) {
 		struct pvrt_spinq_node *e = n;
 		if (SQ_LOAD(tail) == n && SQ_CAS(tail, &e, prev))
 			return NULL; /* nobody behind us: the queue ends at prev now */
@@ -75,7 +91,6 @@ static inline struct pvrt_spinq_node *lk_spinq_wait_next(struct pvrt_spinq_node 
 			if (next)
 				return next;
 		}
-		pvrt_cpu_relax();
 	}
 }
 
@@ -108,14 +123,13 @@ static inline bool lk_spinq_lock(struct pvrt_spinq_node **tail, struct pvrt_spin
 	}
 
 	/* Step A: unlink from the predecessor, unless it is handing the head to us right now. */
-	for (;;) {
+	for (unsigned polls = 0;; sq_handshake_pause(&polls)) {
 		struct pvrt_spinq_node *e = n;
 		if (SQ_LOAD(&prev->next) == n && SQ_CAS(&prev->next, &e, NULL))
 			break;
 		/* The predecessor took n off its 'next' to make us the head: we are. */
 		if (SQ_LOAD(&n->locked))
 			return true;
-		pvrt_cpu_relax();
 		/* It may itself have left and relinked us to its own predecessor. */
 		prev = SQ_LOAD(&n->prev);
 	}

@@ -6,9 +6,11 @@
  * at most one head at a time, every give-up and every head accounted for, and the queue empty at
  * the end (a broken unqueue leaves the tail pointing at a node, or hangs: ctest's timeout).
  * Deep queues with give-ups in the middle hardly occur through the mutex on a small machine;
- * here every thread queues on one tail in a tight loop. Also run under TSan and ASan.
+ * here every thread queues on one tail in a tight loop. A second phase replaces threads as they
+ * exit, so nodes go back to the pool and out again while former neighbours may still read them.
+ * Also run under TSan and ASan.
  *
- * usage: locks_spinq [ROUNDS-PER-THREAD]
+ * usage: locks_spinq [ROUNDS-PER-THREAD [GENERATIONS]]
  */
 #define _GNU_SOURCE
 #include "spinq.h"
@@ -22,8 +24,10 @@
 
 static struct pvrt_spinq_node *tail;
 static int heads_now;
-static unsigned long heads, gave_up, middle_leaves;
-static long rounds = 20000;
+static unsigned long heads, gave_up;
+static long rounds = 20000; /* per thread, first phase */
+static long gens = 2000;    /* threads replaced in the second phase */
+#define GEN_ROUNDS 50	    /* per thread, second phase */
 
 #define FAKE_VCPUS NT
 static struct pvhint_record rec[FAKE_VCPUS];
@@ -63,20 +67,22 @@ static bool random_give_up(void *arg)
 	return --g->polls == 0;
 }
 
+struct job {
+	unsigned id;
+	long rounds;
+};
+
 static void *worker(void *arg)
 {
-	unsigned id = (unsigned)(uintptr_t)arg;
+	struct job *j = arg;
+	unsigned id = j->id;
 	struct pvrt_spinq_node *n = lk_spinq_node();
 	CHECK(n != NULL);
 	struct giveup g = {.seed = id * 7919u + 1};
-	for (long i = 0; i < rounds; i++) {
+	for (long i = 0; i < j->rounds; i++) {
 		g.polls = 0;
-		/* Whether we are behind someone right now: a give-up then leaves from inside. */
-		bool queued_behind = __atomic_load_n(&tail, __ATOMIC_RELAXED) != NULL;
-		if (!lk_spinq_lock(&tail, n, id + 1, &fake, random_give_up, &g)) {
+		if (!lk_spinq_lock(&tail, n, id % FAKE_VCPUS + 1, &fake, random_give_up, &g)) {
 			__atomic_fetch_add(&gave_up, 1, __ATOMIC_RELAXED);
-			if (queued_behind)
-				__atomic_fetch_add(&middle_leaves, 1, __ATOMIC_RELAXED);
 			continue;
 		}
 		/* Relaxed RMWs: the count itself is the check; the queue orders nothing here. */
@@ -96,19 +102,41 @@ int main(int argc, char **argv)
 {
 	if (argc > 1)
 		rounds = atol(argv[1]);
+	if (argc > 2)
+		gens = atol(argv[2]);
 	pthread_t c, t[NT];
+	struct job jobs[NT];
 	CHECK_EQ(pthread_create(&c, NULL, chaos, NULL), 0);
-	for (uintptr_t i = 0; i < NT; i++)
-		CHECK_EQ(pthread_create(&t[i], NULL, worker, (void *)i), 0);
+	for (unsigned i = 0; i < NT; i++) {
+		jobs[i] = (struct job){i, rounds};
+		CHECK_EQ(pthread_create(&t[i], NULL, worker, &jobs[i]), 0);
+	}
 	for (int i = 0; i < NT; i++)
-		pthread_join(t[i], NULL);
-	__atomic_store_n(&stop, 1, __ATOMIC_RELAXED);
-	pthread_join(c, NULL);
+		CHECK_EQ(pthread_join(t[i], NULL), 0);
 	CHECK(tail == NULL); /* the queue is empty at the end */
 	CHECK_EQ(heads + gave_up, NT * rounds);
-	printf("spinq: %lu heads, %lu give-ups (%lu while queued behind others)\n", heads, gave_up,
-	       middle_leaves);
 	CHECK(gave_up > 0 && heads > 0); /* both paths ran */
-	printf("spinq: OK\n");
+	printf("spinq: %lu heads, %lu give-ups\n", heads, gave_up);
+
+	/* Second phase: short-lived threads; each exit returns a node to the pool. */
+	heads = gave_up = 0;
+	for (unsigned i = 0; i < NT; i++) {
+		jobs[i] = (struct job){i, GEN_ROUNDS};
+		CHECK_EQ(pthread_create(&t[i], NULL, worker, &jobs[i]), 0);
+	}
+	for (long k = 0; k < gens; k++) {
+		int i = (int)(k % NT);
+		CHECK_EQ(pthread_join(t[i], NULL), 0);
+		jobs[i] = (struct job){(unsigned)(k + NT), GEN_ROUNDS};
+		CHECK_EQ(pthread_create(&t[i], NULL, worker, &jobs[i]), 0);
+	}
+	for (int i = 0; i < NT; i++)
+		CHECK_EQ(pthread_join(t[i], NULL), 0);
+	__atomic_store_n(&stop, 1, __ATOMIC_RELAXED);
+	CHECK_EQ(pthread_join(c, NULL), 0);
+	CHECK(tail == NULL);
+	CHECK_EQ(heads + gave_up, (gens + NT) * GEN_ROUNDS);
+	printf("spinq recycling: %ld threads, %lu heads, %lu give-ups\nspinq: OK\n", gens + NT,
+	       heads, gave_up);
 	return 0;
 }

@@ -325,7 +325,7 @@ static int wake_rank(const struct waiter *wr, const pvhint_t *h)
 	unsigned v = wr->vcpu1 - 1;
 	if ((h->valid & PVHINT_VALID_IS_IDLE) && pvhint_pcpu_idle(h, v))
 		return 2;
-	return pvhint_vcpu_preempted(h, v) ? 0 : 1;
+	return (h->valid & PVHINT_VALID_PREEMPTED) && pvhint_vcpu_preempted(h, v) ? 0 : 1;
 }
 
 int pvrt_futex_wake_hinted(uint32_t *addr, const pvhint_t *h)

@@ -249,6 +249,17 @@ static void hinted_wake(void)
 	CHECK_EQ(hwake(w, 2), 10);
 	CHECK_EQ(hwake(w, 2), 20);
 
+	/* The choice looks at the PVRT_FUTEX_PICK_SCAN oldest only: behind 8 waiters on a
+	 * preempted vCPU, one on an idle pCPU is not preferred; the oldest goes first. */
+	struct hwaiter many[PVRT_FUTEX_PICK_SCAN + 1];
+	for (int i = 0; i < PVRT_FUTEX_PICK_SCAN; i++)
+		hqueue(&many[i], 40 + i, 0);
+	hqueue(&many[PVRT_FUTEX_PICK_SCAN], 60, 2);
+	CHECK_EQ(hwake(many, PVRT_FUTEX_PICK_SCAN + 1), 40);
+	for (int i = 1; i < PVRT_FUTEX_PICK_SCAN; i++) /* now within reach: it goes first */
+		CHECK_EQ(hwake(many, PVRT_FUTEX_PICK_SCAN + 1), i == 1 ? 60 : 40 + i - 1);
+	CHECK_EQ(hwake(many, PVRT_FUTEX_PICK_SCAN + 1), 40 + PVRT_FUTEX_PICK_SCAN - 1);
+
 	/* Without preemption or idle hints: plain FIFO. */
 	hpage.valid = 0;
 	hqueue(&w[0], 30, 0);

@@ -170,13 +170,6 @@ void lk_ilock_slow(uint32_t *w)
 	}
 }
 
-uint64_t lk_now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 /* ---- statistics ----
  * Each thread counts into its own block (single writer: relaxed load + store), taken from a
  * static pool so counting never allocates (malloc may itself take a pthread mutex). Blocks are

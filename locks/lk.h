@@ -11,6 +11,7 @@
 #include <pvrt/pvhint.h>
 
 #include "futex.h"
+#include "internal.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -38,36 +39,25 @@
 #define LK_SPINLOCK_SPIN_NS 100000ull
 
 /*
- * Fairness bound of the mutex: a waiter that was woken LK_STARVE_WAKEUPS
- * times without winning the lock, or has waited LK_STARVE_NS since it first
- * parked, asks for the lock to be handed to it directly.
+ * Fairness bound of the mutex: a waiter that has waited LK_STARVE_NS since it
+ * first parked asks for the lock to be handed to it directly (locks/README.md).
+ * A bound in lost races instead (two, once) handed the lock over thousands of
+ * times a second between two threads, each hand-over a wake-up long.
  */
-#define LK_STARVE_WAKEUPS 2
-#define LK_STARVE_NS	  1000000ull
-
-static inline void lk_cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-	__builtin_ia32_pause();
-#elif defined(__aarch64__)
-	__asm__ volatile("yield" ::: "memory");
-#else
-	__asm__ volatile("" ::: "memory");
-#endif
-}
+#define LK_STARVE_NS 1000000ull
 
 static inline void lk_backoff(unsigned *b)
 {
 	for (unsigned i = 0; i < *b; i++)
-		lk_cpu_relax();
+		pvrt_cpu_relax();
 	if (*b < LK_BACKOFF_MAX)
 		*b <<= 1;
 }
 
 /* ---- the runtime ----
  * Its internal header declares what the locks use: pvrt_tls_worker (initial-exec TLS, hidden in
- * libpvrt and the preload), pvrt_ult_current(), pvrt_ult_try_yield_to(), pvrt_worker_vcpu(). */
-#include "internal.h"
+ * libpvrt and the preload), pvrt_ult_current(), pvrt_ult_try_yield_to(), pvrt_worker_vcpu(),
+ * pvrt_cpu_relax(), pvrt_now_ns(). */
 
 /* pvrt_ult_current() without a call for threads that are not workers (the common case for
  * pthread programs). Only for use at the start of a lock call: a worker's ULT may move to another
@@ -148,6 +138,12 @@ static inline int lk_wake(uint32_t *addr, int n)
 	return pvrt_futex_wake(addr, n);
 }
 
+/* Wake one waiter, preferring one whose vCPU will run soon (see pvrt_futex_wake_hinted). */
+static inline int lk_wake_one(uint32_t *addr)
+{
+	return pvrt_futex_wake_hinted(addr, lk_hints());
+}
+
 /* A small internal lock (3-state futex lock) for short queue manipulations. */
 void lk_ilock_slow(uint32_t *w);
 static inline void lk_ilock(uint32_t *w)
@@ -175,12 +171,10 @@ static inline bool lk_valid_timespec(const struct timespec *ts)
 	return ts->tv_nsec >= 0 && ts->tv_nsec < 1000000000L;
 }
 
-uint64_t lk_now_ns(void);
-
 /*
- * A bounded spin: lk_spin_init() once, then while (lk_spin_more(&sp)) { check; }. The first
- * LK_SPIN_FREE checks cost no clock read (short waits are the common case and a clock read
- * costs about as much as a short critical section); the time budget starts counting then.
+ * A bounded spin: lk_spin_init() once, then while (lk_spin_more(&sp)) { check; }. Only every
+ * LK_SPIN_FREE-th check reads the clock (short waits are the common case and a clock read
+ * costs about as much as a short critical section); the time budget starts at the first read.
  */
 #define LK_SPIN_FREE 8
 struct lk_spin {
@@ -204,9 +198,10 @@ static inline void lk_spin_init(struct lk_spin *sp, uint64_t budget_ns)
 static inline bool lk_spin_more(struct lk_spin *sp)
 {
 	lk_backoff(&sp->backoff);
-	if (++sp->n < LK_SPIN_FREE)
+	/* A clock read costs about what a check does: look at the time every LK_SPIN_FREE-th. */
+	if ((++sp->n % LK_SPIN_FREE) != 0)
 		return true;
-	uint64_t now = lk_now_ns();
+	uint64_t now = pvrt_now_ns();
 	if (!sp->deadline) {
 		sp->deadline = now + sp->budget;
 		return true;
@@ -216,7 +211,7 @@ static inline bool lk_spin_more(struct lk_spin *sp)
 /* Time spent since the clock was first read (0 if it never was). */
 static inline uint64_t lk_spin_elapsed(const struct lk_spin *sp)
 {
-	return sp->deadline ? lk_now_ns() + sp->budget - sp->deadline : 0;
+	return sp->deadline ? pvrt_now_ns() + sp->budget - sp->deadline : 0;
 }
 
 /* ---- statistics ---- */

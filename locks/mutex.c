@@ -4,13 +4,15 @@
  * starving waiter. The protocol (modelled in locks/model/mutex.pml):
  *
  * word = LOCKED | WAITERS | HANDOFF bits.
- *   lock:    CAS 0 -> LOCKED; else spin (one spinner, bounded, only while the
- *            owner's vCPU runs); else set WAITERS and park on 'word'. A thread
+ *   lock:    CAS 0 -> LOCKED; else spin (bounded, only while the owner's vCPU
+ *            runs; waiters queue in 'spinq' and only its head spins on the
+ *            word); else set WAITERS and park on 'word'. A thread
  *            that has parked once acquires with WAITERS set, because it cannot
  *            know whether others still sleep (Drepper's "mutex 3").
- *   unlock:  CAS LOCKED -> 0; else clear LOCKED (and WAITERS) and wake one.
+ *   unlock:  CAS LOCKED -> 0; else clear LOCKED (and WAITERS) and wake one,
+ *            preferring a waiter whose vCPU will run soon (pvrt_futex_wake_hinted).
  *
- * hand-off: a waiter that lost LK_STARVE_WAKEUPS times or waited LK_STARVE_NS
+ * hand-off: a waiter that has waited LK_STARVE_NS since it first parked
  *   registers in 'handoff' (CAS 0 -> its tid; one target at a time), sets
  *   HANDOFF in the word while it is LOCKED, and parks on 'handoff'. An unlocker
  *   that finds a target keeps LOCKED, clears HANDOFF and turns 'handoff' into
@@ -26,6 +28,7 @@
 #include <pvrt/mutex.h>
 
 #include "lk.h"
+#include "spinq.h"
 
 #include <errno.h>
 #include <stdbool.h>
@@ -47,13 +50,19 @@ static inline int mtype(const pvrt_mutex_t *m)
 	return __atomic_load_n(&m->kind, __ATOMIC_RELAXED) & 3;
 }
 
+/* vCPU + 1 as the 16-bit fields keep it: 0 (unknown) beyond their range. */
+static inline uint16_t vcpu16(uint32_t v1)
+{
+	return v1 <= UINT16_MAX ? (uint16_t)v1 : 0;
+}
+
 static inline void publish_owner(pvrt_mutex_t *m, int tid, struct pvrt_ult *u)
 {
 	/* Relaxed: other threads read owner, owner_vcpu and owner_ult only as hints (spinners),
 	 * and the owner checks of recursive/errorcheck mutexes compare with the reader's own tid,
 	 * which only the reader itself stores. */
 	__atomic_store_n(&m->owner, tid, __ATOMIC_RELAXED);
-	__atomic_store_n(&m->owner_vcpu, lk_self_vcpu1(u), __ATOMIC_RELAXED);
+	__atomic_store_n(&m->owner_vcpu, vcpu16(lk_self_vcpu1(u)), __ATOMIC_RELAXED);
 	__atomic_store_n(&m->owner_ult, (void *)u, __ATOMIC_RELAXED);
 }
 
@@ -74,28 +83,47 @@ int pvrt_mutex_destroy(pvrt_mutex_t *m)
 
 /*
  * Without preemption hints a spinner cannot tell a running owner from a
- * descheduled one, so the blind budget adapts per mutex (as glibc's adaptive
- * mutex does): 'spinner' bits 16-31 keep an estimate of how long a successful
- * spin takes (64 ns units, +1; 0 = none yet). A success moves the estimate
+ * descheduled one, so the blind budget adapts (as glibc's adaptive mutex
+ * does): each thread keeps, for the few mutexes it contended on last, an
+ * estimate of how long a successful spin takes. A success moves the estimate
  * 1/8 towards its duration; a spin that runs out shrinks it by a quarter, so
  * a mutex whose owners get descheduled (or sleep while holding it) soon costs
  * its waiters little more than glibc's immediate park. The budget is twice
- * the estimate plus 500 ns, at most LK_SPIN_BLIND_NS.
+ * the estimate plus 500 ns, at most LK_SPIN_BLIND_NS. Kept per thread (per
+ * worker for ULTs), not in the mutex, whose 40 bytes are all taken.
  */
-#define SPINNING    1u
-#define EST_SHIFT   16
-#define EST_UNIT_NS 64u
+#define EST_SLOTS 8
+struct blind_est {
+	const pvrt_mutex_t *m;
+	uint32_t ns;
+};
 
-static uint64_t blind_estimate(uint32_t s)
+/* The mutex's per-thread state: blind estimates and the last steal seen (below). */
+struct mx_thread {
+	struct blind_est est[EST_SLOTS];
+	uint64_t steal_seen, steal_at;
+	bool steal_primed;
+};
+static __thread struct mx_thread mx_tls __attribute__((tls_model("initial-exec")));
+
+/* The calling kernel thread's state. A real call with a memory clobber: a ULT may resume on
+ * another worker after lk_park or a yield, and a compiler may keep an inlined thread-local
+ * address across those calls (aarch64 does). */
+static __attribute__((noinline)) struct mx_thread *mx_self(void)
 {
-	uint32_t e = s >> EST_SHIFT;
-	return e ? (uint64_t)(e - 1) * EST_UNIT_NS : LK_SPIN_BLIND_NS / 2;
+	__asm__ volatile("" ::: "memory");
+	return &mx_tls;
 }
 
-static uint32_t blind_store(uint64_t est_ns)
+static struct blind_est *blind_slot(struct mx_thread *t, const pvrt_mutex_t *m)
 {
-	uint64_t e = est_ns / EST_UNIT_NS;
-	return (uint32_t)((e > 0xfffe ? 0xfffe : e) + 1) << EST_SHIFT;
+	/* Fibonacci hashing of the whole address: neighbours in an array of mutexes differ. */
+	struct blind_est *e = &t->est[((uintptr_t)m * 0x9E3779B97F4A7C15ull) >> 61];
+	if (e->m != m) {
+		e->m = m;
+		e->ns = LK_SPIN_BLIND_NS / 2;
+	}
+	return e;
 }
 
 /*
@@ -108,10 +136,7 @@ static uint32_t blind_store(uint64_t est_ns)
  * read is needed) and a clock read, on the contended path only. The last seen
  * value is per kernel thread, i.e. per worker for ULTs, whose vCPU it is.
  */
-static __thread uint64_t lk_steal_seen __attribute__((tls_model("initial-exec")));
-static __thread uint64_t lk_steal_at __attribute__((tls_model("initial-exec")));
-static __thread bool lk_steal_primed __attribute__((tls_model("initial-exec")));
-static bool own_vcpu_shared(pvhint_t *h, struct pvrt_ult *u)
+static bool own_vcpu_shared(struct mx_thread *t, pvhint_t *h, struct pvrt_ult *u)
 {
 	if (!(h->valid & PVHINT_VALID_STEAL))
 		return false;
@@ -120,85 +145,159 @@ static bool own_vcpu_shared(pvhint_t *h, struct pvrt_ult *u)
 		return false;
 	/* Relaxed: a hint compared for change only; a torn or stale value costs one decision. */
 	uint64_t st = __atomic_load_n(&h->rec[v].steal, __ATOMIC_RELAXED);
-	if (!lk_steal_primed) {
+	if (!t->steal_primed) {
 		/* The first read is a baseline: steal is cumulative, not a change. */
-		lk_steal_primed = true;
-		lk_steal_seen = st;
+		t->steal_primed = true;
+		t->steal_seen = st;
 		return false;
 	}
-	uint64_t now = lk_now_ns();
-	if (st != lk_steal_seen) {
-		lk_steal_seen = st;
-		lk_steal_at = now;
+	uint64_t now = pvrt_now_ns();
+	if (st != t->steal_seen) {
+		t->steal_seen = st;
+		t->steal_at = now;
 	}
-	return lk_steal_at != 0 && now - lk_steal_at < LK_STEAL_RECENT_NS;
+	return t->steal_at != 0 && now - t->steal_at < LK_STEAL_RECENT_NS;
+}
+
+struct spin_ctx {
+	pvrt_mutex_t *m;
+	pvhint_t *h;
+	struct lk_spin sp;
+	bool cut;     /* stopped because the owner's vCPU is preempted */
+	bool ran_out; /* the budget ran out */
+};
+
+/* Stop spinning? The lock is promised to a starving waiter, the owner cannot run, or the
+ * budget is spent. */
+static bool spin_futile(struct spin_ctx *c, uint32_t w)
+{
+	if (w & HANDOFF)
+		return true;
+	if (lk_vcpu1_preempted(c->h, __atomic_load_n(&c->m->owner_vcpu, __ATOMIC_RELAXED))) {
+		/* The owner cannot release before its vCPU runs again: park now. */
+		c->cut = true;
+		return true;
+	}
+	if (!lk_spin_more(&c->sp)) {
+		c->ran_out = true;
+		return true;
+	}
+	return false;
+}
+
+/* The give-up test of a queued spinner: its budget only. It touches nothing of the mutex (the
+ * point of the queue is that only the head reads that cache line); when the owner's vCPU is
+ * preempted the head gives up, and each next head sees it in turn. */
+static bool queue_give_up(void *arg)
+{
+	struct spin_ctx *c = arg;
+	if (lk_spin_more(&c->sp))
+		return false;
+	c->ran_out = true;
+	return true;
 }
 
 /*
- * Spin on the word while that can win: we are the only spinner, the owner's
- * vCPU is not preempted, no hand-off is pending, and the budget lasts.
- * 'extra' is WAITERS once the caller has parked (see the header comment).
+ * Spin while that can win: the owner's vCPU is not preempted, no hand-off is
+ * pending, and the budget lasts. Waiters queue in the spinner queue; only its
+ * head polls the word, with back-off (without it the word moved between cores
+ * on nearly every acquisition of short sections). The head leaves the queue
+ * before it takes the word, so the new owner never waits in the queue's
+ * hand-shakes. 'extra' is WAITERS once the caller has parked (see the header
+ * comment).
  */
 static bool spin_acquire(pvrt_mutex_t *m, uint32_t extra, struct pvrt_ult *self)
 {
-	/* Relaxed: the spinner slot only limits spinning; it protects no data. */
-	uint32_t slot = __atomic_load_n(&m->spinner, __ATOMIC_RELAXED);
-	if ((slot & SPINNING) ||
-	    !__atomic_compare_exchange_n(&m->spinner, &slot, slot | SPINNING, false,
-					 __ATOMIC_RELAXED, __ATOMIC_RELAXED))
-		return false;
 	pvhint_t *h = lk_hints();
-	bool blind = !(h->valid & PVHINT_VALID_PREEMPTED) || own_vcpu_shared(h, self);
-	uint64_t est = blind_estimate(slot);
-	uint64_t budget = blind ? 2 * est + 500 : LK_SPIN_NS;
-	if (budget > LK_SPIN_BLIND_NS && blind)
-		budget = LK_SPIN_BLIND_NS;
-	bool self_ult = self != NULL;
-	bool got = false, ran_out = false;
-	struct lk_spin sp;
-	lk_spin_init(&sp, budget);
-	for (unsigned i = 0;; i++) {
-		uint32_t w = __atomic_load_n(&m->word, __ATOMIC_RELAXED);
-		if (!(w & LOCKED)) {
-			/* Acquire: the previous owner's critical section happens-before ours. */
-			if (__atomic_compare_exchange_n(&m->word, &w, w | LOCKED | extra, false,
-							__ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) {
-				got = true;
+	struct mx_thread *t = mx_self();
+	bool blind = !(h->valid & PVHINT_VALID_PREEMPTED) || own_vcpu_shared(t, h, self);
+	struct blind_est *est = blind ? blind_slot(t, m) : NULL;
+	uint64_t budget = LK_SPIN_NS;
+	if (blind) {
+		budget = 2 * (uint64_t)est->ns + 500;
+		if (budget > LK_SPIN_BLIND_NS)
+			budget = LK_SPIN_BLIND_NS;
+	}
+	struct spin_ctx c = {.m = m, .h = h};
+	lk_spin_init(&c.sp, budget);
+	bool got = false, moved = false;
+	for (;;) {
+		/* Fetched again after a yield: we may be on another worker (its node, its vCPU). */
+		struct pvrt_spinq_node *node = lk_spinq_node();
+		if (!node || !lk_spinq_lock(&m->spinq, node, vcpu16(lk_self_vcpu1(self)), h,
+					    queue_give_up, &c))
+			break;
+		bool again = false;
+		for (unsigned i = 0;; i++) {
+			uint32_t w = __atomic_load_n(&m->word, __ATOMIC_RELAXED);
+			if (!(w & LOCKED)) {
+				lk_spinq_unlock(&m->spinq, node);
+				/* Acquire: the previous owner's critical section happens-before
+				 * ours. Lost the race: queue again (the budget goes on). */
+				got = __atomic_compare_exchange_n(&m->word, &w, w | LOCKED | extra,
+								  false, __ATOMIC_ACQUIRE,
+								  __ATOMIC_RELAXED);
+				again = !got;
 				break;
 			}
-			continue;
-		}
-		if (w & HANDOFF)
-			break; /* promised to a starving waiter: do not compete */
-		if (lk_vcpu1_preempted(h, __atomic_load_n(&m->owner_vcpu, __ATOMIC_RELAXED))) {
-			/* The owner cannot release before its vCPU runs again: park now. */
-			lk_stat(C, LK_SPIN_CUT);
-			break;
-		}
-		if (self_ult && (i & 7) == 0) {
-			/* A ULT owner that sits queued (not running) releases only once it runs:
-			 * run it now instead of spinning (we are queued ready meanwhile). */
-			struct pvrt_ult *ou = __atomic_load_n(&m->owner_ult, __ATOMIC_RELAXED);
-			if (ou && pvrt_ult_try_yield_to(ou)) {
-				lk_stat(C, LK_SPIN_CUT);
-				continue;
+			if (self && (i & 7) == 0) {
+				/* A ULT owner that sits queued (not running) on a worker we may run
+				 * it on releases only once it runs: run it now instead of spinning
+				 * (we are queued ready meanwhile). Leave the spinner queue first:
+				 * its node is our worker's, and the worker runs other ULTs while we
+				 * are away. */
+				struct pvrt_ult *ou =
+				    __atomic_load_n(&m->owner_ult, __ATOMIC_RELAXED);
+				if (ou && pvrt_ult_can_yield_to(ou)) {
+					lk_spinq_unlock(&m->spinq, node);
+					if (pvrt_ult_try_yield_to(ou)) {
+						lk_stat(C, LK_SPIN_CUT);
+						moved = true;
+					}
+					/* A failed yield still costs budget: no endless loop. */
+					again = !spin_futile(&c, w);
+					break;
+				}
+			}
+			if (spin_futile(&c, w)) {
+				lk_spinq_unlock(&m->spinq, node);
+				break;
 			}
 		}
-		if (!lk_spin_more(&sp)) {
-			ran_out = true;
+		if (!again)
 			break;
-		}
 	}
-	if (blind && got) {
-		uint64_t t = lk_spin_elapsed(&sp);
-		est = t > est ? est + (t - est) / 8 : est - (est - t) / 8;
-	} else if (blind && ran_out) {
-		est -= est / 4;
+	if (c.cut)
+		lk_stat(C, LK_SPIN_CUT);
+	/* The estimate belongs to the thread we started on; after a yield we may be on another,
+	 * and the time away was not spinning: leave it alone then. */
+	if (blind && !moved && got) {
+		uint64_t el = lk_spin_elapsed(&c.sp), e = est->ns;
+		est->ns = (uint32_t)(el > e ? e + (el - e) / 8 : e - (e - el) / 8);
+	} else if (blind && !moved && c.ran_out) {
+		est->ns -= est->ns / 4;
 	}
-	/* Relaxed: see above. Frees the slot and keeps the estimate. */
-	__atomic_store_n(&m->spinner, blind ? blind_store(est) : (slot & ~SPINNING),
-			 __ATOMIC_RELAXED);
 	return got;
+}
+
+/*
+ * A registered hand-off target spins for its grant while the owner runs
+ * before it parks: a grant to a sleeping target adds a wake-up to the
+ * hand-over, during which the lock is held by nobody running.
+ */
+static void await_grant(pvrt_mutex_t *m, uint32_t t, struct pvrt_ult *u)
+{
+	if (u)
+		return; /* a ULT parks (switches away): its owner may be a ULT of this worker */
+	pvhint_t *h = lk_hints();
+	struct lk_spin sp;
+	lk_spin_init(&sp, lk_spin_budget(h));
+	/* Relaxed: polling; the caller re-reads 'handoff' with acquire before acting. */
+	while (__atomic_load_n(&m->handoff, __ATOMIC_RELAXED) == t &&
+	       (__atomic_load_n(&m->word, __ATOMIC_RELAXED) & LOCKED) &&
+	       !lk_vcpu1_preempted(h, __atomic_load_n(&m->owner_vcpu, __ATOMIC_RELAXED)) &&
+	       lk_spin_more(&sp))
+		;
 }
 
 /*
@@ -231,7 +330,8 @@ static int handoff_acquire(pvrt_mutex_t *m, clockid_t clk, const struct timespec
 							 __ATOMIC_SEQ_CST, __ATOMIC_RELAXED))
 				return -EAGAIN;
 			registered = true;
-			__atomic_store_n(&m->handoff_vcpu, lk_self_vcpu1(u), __ATOMIC_RELAXED);
+			__atomic_store_n(&m->handoff_vcpu, vcpu16(lk_self_vcpu1(u)),
+					 __ATOMIC_RELAXED);
 		}
 		uint32_t w = __atomic_load_n(&m->word, __ATOMIC_SEQ_CST);
 		if (!(w & LOCKED)) {
@@ -252,6 +352,7 @@ static int handoff_acquire(pvrt_mutex_t *m, clockid_t clk, const struct timespec
 							 __ATOMIC_SEQ_CST, __ATOMIC_RELAXED))
 				continue;
 		}
+		await_grant(m, t, u);
 		int r = lk_park(&m->handoff, t, clk, abs, C);
 		if (r == -ETIMEDOUT || r == -EINVAL) {
 			uint32_t e = t;
@@ -287,7 +388,6 @@ static int lock_slow(pvrt_mutex_t *m, clockid_t clk, const struct timespec *abs,
 	if (spin_acquire(m, 0, u))
 		return 0;
 
-	unsigned lost = 0;
 	uint64_t t0 = 0;
 	uint32_t extra = 0;
 	for (;;) {
@@ -299,7 +399,7 @@ static int lock_slow(pvrt_mutex_t *m, clockid_t clk, const struct timespec *abs,
 				return 0;
 			continue;
 		}
-		if (lost && (lost >= LK_STARVE_WAKEUPS || lk_now_ns() - t0 >= LK_STARVE_NS)) {
+		if (t0 && pvrt_now_ns() - t0 >= LK_STARVE_NS) {
 			int r = handoff_acquire(m, clk, abs, u);
 			if (r != -EAGAIN)
 				return r;
@@ -313,13 +413,11 @@ static int lock_slow(pvrt_mutex_t *m, clockid_t clk, const struct timespec *abs,
 			w |= WAITERS;
 		}
 		if (!t0)
-			t0 = lk_now_ns();
+			t0 = pvrt_now_ns();
 		extra = WAITERS;
 		int r = lk_park(&m->word, w, clk, abs, C);
 		if (r == -ETIMEDOUT || r == -EINVAL)
 			return r;
-		if (r == 0)
-			lost++;
 		/* Woken: the owner changed, so spinning may pay again. */
 		if (spin_acquire(m, extra, u))
 			return 0;
@@ -367,7 +465,7 @@ static void release_slow(pvrt_mutex_t *m)
 								__ATOMIC_RELAXED, __ATOMIC_RELAXED))
 			lk_wake(&m->handoff, 1);
 		if (w & WAITERS)
-			lk_wake(&m->word, 1);
+			lk_wake_one(&m->word);
 		return;
 	}
 }

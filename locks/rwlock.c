@@ -268,7 +268,7 @@ int pvrt_rwlock_unlock(pvrt_rwlock_t *rw)
 		return 0; /* readers remain; the last one wakes */
 	if (__atomic_load_n(&rw->nwwait, __ATOMIC_SEQ_CST)) {
 		__atomic_fetch_add(&rw->wseq, 1, __ATOMIC_SEQ_CST);
-		lk_wake(&rw->wseq, 1);
+		lk_wake_one(&rw->wseq);
 		if (writer_pref(rw))
 			return 0; /* readers wait for the writers */
 	}

@@ -38,7 +38,7 @@ int pvrt_sem_post(pvrt_sem_t *s)
 	} while (!__atomic_compare_exchange_n(&s->value, &v, v + 1, false, __ATOMIC_SEQ_CST,
 					      __ATOMIC_RELAXED));
 	if (__atomic_load_n(&s->nwait, __ATOMIC_SEQ_CST))
-		lk_wake(&s->value, 1);
+		lk_wake_one(&s->value);
 	return 0;
 }
 

@@ -109,6 +109,6 @@ int pvrt_spin_unlock(pvrt_spinlock_t *s)
 {
 	/* Release: our critical section happens-before the next holder's. */
 	if (lk_unlikely(__atomic_exchange_n(s, 0, __ATOMIC_RELEASE) & PARKED))
-		lk_wake(s, 1);
+		lk_wake_one(s);
 	return 0;
 }

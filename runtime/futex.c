@@ -41,6 +41,8 @@ struct waiter {
 	struct pvrt_ult *ult; /* NULL: a thread waiting on 'word' */
 	uint32_t word;	      /* thread waiters: 0 waiting, 1 woken */
 	int result;	      /* ULT waiters: 0, or -ETIMEDOUT set by the timer */
+	uint32_t vcpu1;	      /* thread waiters: the vCPU + 1 it waited on; 0 unknown */
+	uint8_t skipped;      /* times pvrt_futex_wake_hinted passed it over */
 	bool queued;	      /* under the bucket lock */
 	struct pvrt_timer timer;
 };
@@ -227,7 +229,8 @@ static int ult_wait(struct pvrt_ult *self, uint32_t *addr, uint32_t expected, cl
 static int thread_wait(uint32_t *addr, uint32_t expected, clockid_t clk,
 		       const struct timespec *abstime)
 {
-	struct waiter wr = {.addr = addr};
+	int v = pvhint_self_vcpu();
+	struct waiter wr = {.addr = addr, .vcpu1 = v >= 0 ? (uint32_t)v + 1 : 0};
 	struct bucket *b = bucket_of(addr);
 	pvrt_lock_acquire(&b->lock);
 	if (__atomic_load_n(addr, __ATOMIC_RELAXED) != expected) {
@@ -270,6 +273,22 @@ int pvrt_futex_wait(uint32_t *addr, uint32_t expected, clockid_t clk,
 	return thread_wait(addr, expected, clk, abstime);
 }
 
+/* Make a dequeued waiter run. Records stay valid until their owner is readied / its word is
+ * set: callers read anything they need from wr first. */
+static void wake_one(struct waiter *wr)
+{
+	if (wr->ult) {
+		pvrt_ult_ready(wr->ult);
+	} else {
+		uint32_t *word = &wr->word;
+		/* Release: the waiter sees what we did before waking it. After this store the
+		 * record may be gone; a kernel wake on a dead address is harmless (at worst a
+		 * spurious wake-up, which every waiter tolerates). */
+		__atomic_store_n(word, 1, __ATOMIC_RELEASE);
+		kwake(word, 1);
+	}
+}
+
 int pvrt_futex_wake(uint32_t *addr, int n)
 {
 	if (n <= 0)
@@ -289,20 +308,71 @@ int pvrt_futex_wake(uint32_t *addr, int n)
 		cnt++;
 	}
 	pvrt_lock_release(&b->lock);
-	/* Records stay valid until their owner is readied / its word is set: read next first. */
 	while (list) {
 		struct waiter *wr = list;
 		list = wr->next;
-		if (wr->ult) {
-			pvrt_ult_ready(wr->ult);
-		} else {
-			uint32_t *word = &wr->word;
-			/* Release: the waiter sees what we did before waking it. After this store
-			 * the record may be gone; a kernel wake on a dead address is harmless
-			 * (at worst a spurious wake-up, which every waiter tolerates). */
-			__atomic_store_n(word, 1, __ATOMIC_RELEASE);
-			kwake(word, 1);
-		}
+		wake_one(wr);
 	}
 	return cnt;
+}
+
+/* How soon a waiter would run if woken now: 2 at once (its pCPU is idle), 1 its vCPU is not
+ * preempted (or unknown), 0 preempted. */
+static int wake_rank(const struct waiter *wr, const pvhint_t *h)
+{
+	if (!wr->vcpu1)
+		return 1;
+	unsigned v = wr->vcpu1 - 1;
+	if ((h->valid & PVHINT_VALID_IS_IDLE) && pvhint_pcpu_idle(h, v))
+		return 2;
+	return (h->valid & PVHINT_VALID_PREEMPTED) && pvhint_vcpu_preempted(h, v) ? 0 : 1;
+}
+
+int pvrt_futex_wake_hinted(uint32_t *addr, const pvhint_t *h)
+{
+	if (!(h->valid & (PVHINT_VALID_PREEMPTED | PVHINT_VALID_IS_IDLE)))
+		return pvrt_futex_wake(addr, 1); /* nothing to choose by */
+	struct bucket *b = bucket_of(addr);
+	struct waiter *best = NULL;
+	int best_rank = -1, seen = 0;
+	pvrt_lock_acquire(&b->lock);
+	for (struct waiter *wr = b->first; wr && seen < PVRT_FUTEX_PICK_SCAN; wr = wr->next) {
+		if (wr->addr != addr)
+			continue;
+		seen++;
+		if (wr->skipped >= PVRT_FUTEX_MAX_SKIPS) {
+			best = wr; /* the fairness bound: it goes first */
+			break;
+		}
+		int r = wake_rank(wr, h);
+		if (r > best_rank) {
+			best = wr;
+			best_rank = r;
+			if (r == 2)
+				break;
+		}
+	}
+	if (best) {
+		/* Older waiters passed over: count it, for the bound. */
+		for (struct waiter *wr = b->first; wr != best; wr = wr->next)
+			if (wr->addr == addr)
+				wr->skipped++;
+		dequeue(b, best);
+	}
+	pvrt_lock_release(&b->lock);
+	if (!best)
+		return 0;
+	wake_one(best);
+	return 1;
+}
+
+int pvrt_futex_nr_waiters(const uint32_t *addr)
+{
+	struct bucket *b = bucket_of(addr);
+	int n = 0;
+	pvrt_lock_acquire(&b->lock);
+	for (struct waiter *wr = b->first; wr; wr = wr->next)
+		n += wr->addr == addr;
+	pvrt_lock_release(&b->lock);
+	return n;
 }

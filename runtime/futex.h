@@ -14,6 +14,8 @@
 #ifndef PVRT_RUNTIME_FUTEX_H
 #define PVRT_RUNTIME_FUTEX_H
 
+#include <pvrt/pvhint.h>
+
 #include <stdint.h>
 #include <time.h>
 
@@ -26,7 +28,23 @@
 int pvrt_futex_wait(uint32_t *addr, uint32_t expected, clockid_t clk,
 		    const struct timespec *abstime);
 
-/* Wake up to n waiters on addr (n = INT32_MAX: all). Returns how many were woken. */
+/* Wake up to n waiters on addr (n = INT32_MAX: all), oldest first. Returns how many were woken. */
 int pvrt_futex_wake(uint32_t *addr, int n);
+
+/*
+ * Wake one waiter on addr, preferring one that will run soon according to the hints h: among the
+ * PVRT_FUTEX_PICK_SCAN oldest waiters on addr, the oldest whose vCPU's physical CPU is idle (it
+ * runs at once), else the oldest whose vCPU is not preempted, else the oldest. A thread waiter's
+ * vCPU is the one it waited on (its emulated vCPU, else its CPU then: where the kernel will most
+ * likely wake it); a ULT's is unknown (the scheduler places it when it is readied) and counts as
+ * not preempted. Bounded unfairness: a waiter passed over PVRT_FUTEX_MAX_SKIPS times is taken
+ * next. Hints only reorder wake-ups: every waiter is still woken by some wake. Returns 0 or 1.
+ */
+int pvrt_futex_wake_hinted(uint32_t *addr, const pvhint_t *h);
+/* How many waiters are queued on addr now (for tests). */
+int pvrt_futex_nr_waiters(const uint32_t *addr);
+
+#define PVRT_FUTEX_PICK_SCAN 8
+#define PVRT_FUTEX_MAX_SKIPS 4
 
 #endif /* PVRT_RUNTIME_FUTEX_H */

@@ -233,6 +233,9 @@ void pvrt_ult_ready(struct pvrt_ult *u) PVRT_HIDDEN;
 void pvrt_ult_block(void (*post)(struct pvrt_worker *, void *), void *arg) PVRT_HIDDEN;
 /* If u is ready in a ring, run it now and queue the caller as ready; true if it switched. */
 bool pvrt_ult_try_yield_to(struct pvrt_ult *u) PVRT_HIDDEN;
+/* Could pvrt_ult_try_yield_to(u) switch to u now (it is ready and may run on the caller's
+ * worker)? A racy answer: a true may still be followed by a failed yield. */
+bool pvrt_ult_can_yield_to(const struct pvrt_ult *u) PVRT_HIDDEN;
 /* The vCPU of the calling worker (for hints), else the CPU the thread runs on. */
 int pvrt_worker_vcpu(void) PVRT_HIDDEN;
 /* Pop work for worker w: local ring, injection queue; NULL if none. */

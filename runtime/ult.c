@@ -652,6 +652,15 @@ bool pvrt_ult_try_yield_to(struct pvrt_ult *u)
 	return true;
 }
 
+bool pvrt_ult_can_yield_to(const struct pvrt_ult *u)
+{
+	struct pvrt_worker *w = pvrt_worker_cur();
+	struct pvrt_ult *self = w ? w->cur : NULL;
+	/* Relaxed: a hint; pvrt_ult_try_yield_to's CAS decides. */
+	return self && u && u != self && !bound_elsewhere(u, w) &&
+	       __atomic_load_n(&u->state, __ATOMIC_RELAXED) == ULT_READY;
+}
+
 struct pvrt_ult *pvrt_ult_current(void)
 {
 	struct pvrt_worker *w = pvrt_tls_worker;

@@ -44,12 +44,7 @@ static void bm_lock(pvrt_bench_state *st)
 
 int main(int argc, char **argv)
 {
-	const char *e = getenv("PVRT_BENCH_SECONDS");
-	if (e && atof(e) > 0)
-		seconds = atof(e);
-	e = getenv("PVRT_BENCH_THREADS");
-	if (e && atoi(e) > 0)
-		threads = atoi(e);
+	lw_env(&seconds, &threads);
 	if (!threads) {
 		pvhint_t *def = NULL;
 		pvhint_default(&def);

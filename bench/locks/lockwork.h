@@ -102,6 +102,18 @@ static inline void lw_mcs_unlock(struct lw_mcs *l, struct lw_mcs_node *n)
 	__atomic_store_n(&next->locked, 0, __ATOMIC_RELEASE);
 }
 
+/* PVRT_BENCH_SECONDS (a positive number) and PVRT_BENCH_THREADS (a positive integer, at most
+ * 64) into *seconds and *threads; either stays as it was when unset or not positive. */
+static inline void lw_env(double *seconds, int *threads)
+{
+	const char *e = getenv("PVRT_BENCH_SECONDS");
+	if (e && atof(e) > 0)
+		*seconds = atof(e);
+	e = getenv("PVRT_BENCH_THREADS");
+	if (e && atoi(e) > 0)
+		*threads = atoi(e) > 64 ? 64 : atoi(e);
+}
+
 /* ---- the workload ---- */
 struct lw_config {
 	enum lw_kind kind;
@@ -142,7 +154,7 @@ static inline uint64_t lw_work(uint64_t x, unsigned units)
 	return x;
 }
 
-static void *lw_thread(void *p)
+static inline void *lw_thread(void *p)
 {
 	void **a = p;
 	struct lw_shared *s = a[0];
@@ -215,7 +227,7 @@ static inline double lw_now(void)
 }
 
 /* Runs one measurement. Returns 0, or -1 with a message on stderr. */
-static int lw_run(const struct lw_config *c, struct lw_result *out)
+static inline int lw_run(const struct lw_config *c, struct lw_result *out)
 {
 	if (c->threads < 1 || c->threads > 64)
 		return -1;

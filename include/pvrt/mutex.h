@@ -2,10 +2,10 @@
 /*
  * pvrt_mutex: a hint-aware mutex for ULTs and plain threads.
  *
- * Waiters spin (one spinner at a time, bounded, with backoff) only while the
- * owner's vCPU runs; when the hint says it is preempted they stop at once and
- * park. Unlock wakes one waiter. A waiter that keeps losing is handed the lock
- * directly (see locks/README.md for the bound).
+ * Waiters spin (bounded; queued so that only the first spins on the lock
+ * word) only while the owner's vCPU runs; when the hint says it is preempted
+ * they stop at once and park. Unlock wakes one waiter. A waiter that keeps losing is handed the
+ * lock directly (see locks/README.md for the bound).
  *
  * The object fits in (and the preload library overlays it on) glibc's 40-byte
  * pthread_mutex_t: 'kind' sits where glibc keeps __kind, so glibc's static
@@ -33,17 +33,19 @@ enum {
 	PVRT_MUTEX_ADAPTIVE = 3,   /* same as NORMAL (pvrt always spins adaptively) */
 };
 
+struct pvrt_spinq_node; /* private to the library */
+
 typedef struct pvrt_mutex {
-	uint32_t word;	     /* lock word and futex: PVRT_MUTEX_{LOCKED,WAITERS,HANDOFF} */
-	uint32_t count;	     /* recursion depth (recursive type) */
-	int32_t owner;	     /* owner's thread id (glibc's __owner), 0 when free */
-	uint32_t owner_vcpu; /* owner's vCPU + 1, published at acquisition; 0: unknown */
-	int32_t kind;	     /* type, at the offset of glibc's __kind */
-	uint32_t handoff;    /* hand-off futex: 0, the target's tid, or tid | 0x80000000: granted */
-	uint32_t spinner;    /* bit 0 while a waiter spins on 'word' (one at a time); bits 16-31:
-			      * spin-time estimate without hints (locks/mutex.c) */
-	uint32_t handoff_vcpu; /* hand-off target's vCPU + 1 */
-	void *owner_ult;       /* the owner ULT when it is one (runtime), else NULL */
+	uint32_t word;	       /* lock word and futex: PVRT_MUTEX_{LOCKED,WAITERS,HANDOFF} */
+	uint32_t count;	       /* recursion depth (recursive type) */
+	int32_t owner;	       /* owner's thread id (glibc's __owner), 0 when free */
+	uint16_t owner_vcpu;   /* owner's vCPU + 1, published at acquisition; 0: unknown (or
+				* a vCPU number above 65534) */
+	uint16_t handoff_vcpu; /* hand-off target's vCPU + 1 */
+	int32_t kind;	       /* type, at the offset of glibc's __kind */
+	uint32_t handoff; /* hand-off futex: 0, the target's tid, or tid | 0x80000000: granted */
+	struct pvrt_spinq_node *spinq; /* tail of the queue of spinning waiters, or NULL */
+	void *owner_ult;	       /* the owner ULT when it is one (runtime), else NULL */
 } pvrt_mutex_t;
 
 #define PVRT_MUTEX_LOCKED  1u

@@ -12,13 +12,17 @@
  * lock (its waits may time out at any moment, which exercises the hand-off
  * withdrawal); the others wait without limit, so a lost wake-up leaves them
  * blocked. The futex: wait(addr, val) atomically compares and queues; wake
- * dequeues any one waiter (the kernel and the runtime choose; Spin tries every
- * choice). Each C atomic operation is one atomic step here; plain reads of
+ * dequeues any one waiter (the runtime chooses, by the hints within a bound;
+ * Spin tries every choice). Each C atomic operation is one atomic step here; plain reads of
  * 'word' and 'handoff' are separate steps, so every interleaving the C code
  * allows (all its accesses are sequentially consistent or ordered by the
  * CASes modelled) is explored. Hints are nondeterministic: at each unlock the
  * hand-off target may or may not be "preempted"; a waiter may request the
- * hand-off after any lost wake-up (the starvation bound's trigger).
+ * hand-off at any time after it first parked (the starvation bound's trigger,
+ * 1 ms later in the C code; a hand-off target's spin for its grant before it
+ * parks is a delay, which the interleavings already cover). The spinner queue
+ * is not modelled: it only decides which waiter may spin, and a spinner that
+ * gives up parks as any waiter (tests/locks/spinq.c stresses it).
  *
  * Seeded faults it catches (checked by hand): an unlock that cancels a
  * hand-off registration without waking the target; a woken waiter that

@@ -4,6 +4,11 @@
  * barrier with a plain pthread, so waits must switch ULTs away (a ULT that blocked its worker
  * in the kernel would deadlock the barrier, which needs every ULT to arrive) and wake-ups must
  * cross between ULTs and threads. Counts are exact.
+ *
+ * Then spinners whose owners are ULTs bound to the other worker: each worker's spinner may not
+ * run the other's owner, and must not spin on it for ever either (it parks once its budget is
+ * spent, which lets its worker run the owner it waits for). A hang fails (alarm, then ctest's
+ * timeout).
  */
 #define _GNU_SOURCE
 #include <pvrt/barrier.h>
@@ -14,8 +19,10 @@
 #include <pvrt/thread.h>
 
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #define NULT  12
 #define ITERS 3000
@@ -79,6 +86,69 @@ static void *thread_main(void *p)
 	return NULL;
 }
 
+/* ---- owners bound to the other worker ---- */
+static pvrt_mutex_t m1 = PVRT_MUTEX_INITIALIZER, m2 = PVRT_MUTEX_INITIALIZER;
+static int o1_locked, d_done, b_trying, d_trying;
+#define LD(x)	 __atomic_load_n(&(x), __ATOMIC_SEQ_CST)
+#define ST(x, v) __atomic_store_n(&(x), v, __ATOMIC_SEQ_CST)
+
+static void *bound_owner(void *p) /* on worker 1: holds m1 until D got m2 */
+{
+	(void)p;
+	pvrt_thread_set_worker(1);
+	pvrt_mutex_lock(&m1);
+	ST(o1_locked, 1);
+	while (!LD(d_done))
+		pvrt_thread_yield();
+	pvrt_mutex_unlock(&m1);
+	return NULL;
+}
+
+static void *spinner_on(void *p) /* B on worker 0 waits for m1, D on worker 1 for m2 */
+{
+	int on1 = p != NULL;
+	pvrt_thread_set_worker(on1 ? 1 : 0);
+	while (!LD(o1_locked))
+		pvrt_thread_yield();
+	ST(*(on1 ? &d_trying : &b_trying), 1);
+	pvrt_mutex_t *mx = on1 ? &m2 : &m1;
+	pvrt_mutex_lock(mx);
+	pvrt_mutex_unlock(mx);
+	if (on1)
+		ST(d_done, 1);
+	return NULL;
+}
+
+static void on_alarm(int s)
+{
+	(void)s;
+	static const char msg[] = "FAIL: spinners on bound ULT owners never gave up\n";
+	(void)!write(2, msg, sizeof(msg) - 1);
+	_exit(1);
+}
+
+/* Runs on the primary ULT (bound to worker 0), which owns m2 meanwhile. */
+static void bound_owners(void)
+{
+	signal(SIGALRM, on_alarm);
+	alarm(20);
+	pvrt_mutex_lock(&m2);
+	pvrt_thread_t o, d, b;
+	if (pvrt_thread_create(&o, NULL, bound_owner, NULL) ||
+	    pvrt_thread_create(&d, NULL, spinner_on, (void *)1) ||
+	    pvrt_thread_create(&b, NULL, spinner_on, NULL))
+		FAIL("pvrt_thread_create");
+	while (!LD(b_trying) || !LD(d_trying))
+		pvrt_thread_yield();
+	for (int i = 0; i < 100; i++)
+		pvrt_thread_yield(); /* ready while B spins on worker 0 */
+	pvrt_mutex_unlock(&m2);
+	pvrt_thread_join(o, NULL);
+	pvrt_thread_join(d, NULL);
+	pvrt_thread_join(b, NULL);
+	alarm(0);
+}
+
 int main(void)
 {
 	struct pvrt_config c;
@@ -97,6 +167,7 @@ int main(void)
 	for (int i = 0; i < NULT; i++)
 		pvrt_thread_join(t[i], NULL);
 	pthread_join(th, NULL);
+	bound_owners();
 #ifndef PVRT_TSAN
 	/* Under TSan, pvrt_finalize() currently trips a sanitizer CHECK while destroying fibers
 	 * (the runtime's own tests show the same); the lock checks below do not need it. */

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * pvrt_futex for ULTs and foreign threads: value check, wake counts, timeouts on both clocks,
- * bad arguments, and a no-lost-wake-up stress where ULTs and threads pass a token around through
- * one futex word each (a lost wake-up hangs the test; ctest's timeout fails it).
+ * bad arguments, the hinted choice of whom to wake, and a no-lost-wake-up stress where ULTs and
+ * threads pass a token around through one futex word each (a lost wake-up hangs the test; ctest's
+ * timeout fails it).
  */
 #define _GNU_SOURCE
 #include "check.h"
@@ -175,8 +176,101 @@ static void fork_with_waiter(void)
 	CHECK_EQ(pthread_join(t, NULL), 0);
 }
 
+/* ---- pvrt_futex_wake_hinted: which waiter goes first, and the skip bound ---- */
+static struct pvhint_record hrec[4];
+static pvhint_t hpage = {.rec = hrec, .nr = 4};
+static uint32_t hword;
+static int hwoke = -1; /* the id of the waiter woken last; one wake-up at a time */
+
+struct hwaiter {
+	int id, vcpu;
+	pthread_t th;
+};
+
+static void *hinted_waiter(void *p)
+{
+	struct hwaiter *a = p;
+	pvhint_tls_vcpu = a->vcpu; /* the vCPU the waiter records (as if attached to it) */
+	CHECK_EQ(pvrt_futex_wait(&hword, 0, CLOCK_MONOTONIC, NULL), 0);
+	pvhint_tls_vcpu = -1;
+	/* Relaxed: the waker joins us before it reuses anything. */
+	__atomic_store_n(&hwoke, a->id, __ATOMIC_RELAXED);
+	return NULL;
+}
+
+static void hqueue(struct hwaiter *a, int id, int vcpu)
+{
+	int before = pvrt_futex_nr_waiters(&hword);
+	a->id = id;
+	a->vcpu = vcpu;
+	CHECK_EQ(pthread_create(&a->th, NULL, hinted_waiter, a), 0);
+	while (pvrt_futex_nr_waiters(&hword) == before)
+		usleep(100);
+}
+
+/* Wake one with the hints and return who woke. */
+static int hwake(struct hwaiter *all, int n)
+{
+	CHECK_EQ(pvrt_futex_wake_hinted(&hword, &hpage), 1);
+	int id;
+	while ((id = __atomic_load_n(&hwoke, __ATOMIC_RELAXED)) < 0)
+		usleep(100);
+	__atomic_store_n(&hwoke, -1, __ATOMIC_RELAXED);
+	for (int i = 0; i < n; i++)
+		if (all[i].id == id)
+			CHECK_EQ(pthread_join(all[i].th, NULL), 0);
+	return id;
+}
+
+static void hinted_wake(void)
+{
+	struct hwaiter w[8];
+	hrec[0].preempted = PVHINT_PREEMPTED; /* vCPU 0 cannot run */
+	hrec[2].is_idle = 1;		      /* vCPU 2's physical CPU is idle: runs at once */
+	hpage.valid = PVHINT_VALID_PREEMPTED | PVHINT_VALID_IS_IDLE;
+
+	/* Queued A(0) B(1) C(2) D(3): idle first, then the oldest not preempted, then the rest. */
+	for (int i = 0; i < 4; i++)
+		hqueue(&w[i], i, i);
+	CHECK_EQ(hwake(w, 4), 2);
+	CHECK_EQ(hwake(w, 4), 1);
+	CHECK_EQ(hwake(w, 4), 3);
+	CHECK_EQ(hwake(w, 4), 0);
+	CHECK_EQ(pvrt_futex_wake_hinted(&hword, &hpage), 0); /* nobody left */
+
+	/* The bound: a waiter on a preempted vCPU is passed over PVRT_FUTEX_MAX_SKIPS times, then
+	 * goes first although a runnable waiter is queued behind it. */
+	hqueue(&w[0], 10, 0);
+	for (int r = 0; r < PVRT_FUTEX_MAX_SKIPS; r++) {
+		hqueue(&w[1], 11 + r, 1);
+		CHECK_EQ(hwake(w, 2), 11 + r);
+	}
+	hqueue(&w[1], 20, 1);
+	CHECK_EQ(hwake(w, 2), 10);
+	CHECK_EQ(hwake(w, 2), 20);
+
+	/* The choice looks at the PVRT_FUTEX_PICK_SCAN oldest only: behind 8 waiters on a
+	 * preempted vCPU, one on an idle pCPU is not preferred; the oldest goes first. */
+	struct hwaiter many[PVRT_FUTEX_PICK_SCAN + 1];
+	for (int i = 0; i < PVRT_FUTEX_PICK_SCAN; i++)
+		hqueue(&many[i], 40 + i, 0);
+	hqueue(&many[PVRT_FUTEX_PICK_SCAN], 60, 2);
+	CHECK_EQ(hwake(many, PVRT_FUTEX_PICK_SCAN + 1), 40);
+	for (int i = 1; i < PVRT_FUTEX_PICK_SCAN; i++) /* now within reach: it goes first */
+		CHECK_EQ(hwake(many, PVRT_FUTEX_PICK_SCAN + 1), i == 1 ? 60 : 40 + i - 1);
+	CHECK_EQ(hwake(many, PVRT_FUTEX_PICK_SCAN + 1), 40 + PVRT_FUTEX_PICK_SCAN - 1);
+
+	/* Without preemption or idle hints: plain FIFO. */
+	hpage.valid = 0;
+	hqueue(&w[0], 30, 0);
+	hqueue(&w[1], 31, 2);
+	CHECK_EQ(hwake(w, 2), 30);
+	CHECK_EQ(hwake(w, 2), 31);
+}
+
 int main(void)
 {
+	hinted_wake();
 	/* Without the runtime: plain threads. */
 	timeouts();
 	/* TSan does not support threads in a child of a multi-threaded fork. */

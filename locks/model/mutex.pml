@@ -21,8 +21,8 @@
  * hand-off at any time after it first parked (the starvation bound's trigger,
  * 1 ms later in the C code; a hand-off target's spin for its grant before it
  * parks is a delay, which the interleavings already cover). The spinner queue
- * is not modelled: it only decides which waiter may spin, and a spinner that
- * gives up parks as any waiter (tests/locks/spinq.c stresses it).
+ * is not modelled here: it only decides which waiter may spin, and a spinner
+ * that gives up parks as any waiter; spinq.pml checks the queue itself.
  *
  * Seeded faults it catches (checked by hand): an unlock that cancels a
  * hand-off registration without waking the target; a woken waiter that

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -179,10 +180,31 @@ struct lk_tstats {
 	uint64_t v[PVRT_LOCK_NCLASSES][LK_NSTATS];
 };
 #define LK_POOL 1024
-static struct lk_tstats lk_pool[LK_POOL];
-static struct lk_tstats lk_shared;
-static unsigned lk_pool_used;
+struct lk_statmem {
+	struct lk_tstats pool[LK_POOL];
+	struct lk_tstats shared; /* past the pool */
+	unsigned used;		 /* blocks handed out */
+};
+static struct lk_statmem lk_sm_own;
+/* The counters: the process's own, or a MAP_SHARED region that forked children count into too
+ * (lk_stats_share_with_children). Switched only before counting starts. */
+static struct lk_statmem *lk_sm = &lk_sm_own;
+static bool lk_sm_shared;
+#define lk_pool	     (lk_sm->pool)
+#define lk_shared    (lk_sm->shared)
+#define lk_pool_used (lk_sm->used)
 static __thread struct lk_tstats *lk_my __attribute__((tls_model("initial-exec")));
+
+int lk_stats_share_with_children(void)
+{
+	void *p = mmap(NULL, sizeof(struct lk_statmem), PROT_READ | PROT_WRITE,
+		       MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	if (p == MAP_FAILED)
+		return -errno;
+	lk_sm = p;
+	lk_sm_shared = true;
+	return 0;
+}
 int lk_stats_on;
 
 void lk_stat_add_slow(enum pvrt_lock_class cls, enum lk_stat s)
@@ -203,6 +225,13 @@ void lk_stat_add_slow(enum pvrt_lock_class cls, enum lk_stat s)
 
 static void lk_stats_reset(void)
 {
+	if (lk_sm_shared) {
+		/* Counting into the parent's region: the forking thread's block is the parent
+		 * thread's (one writer per block), so the child takes a block of its own. The
+		 * block counter is atomic in the shared region, across processes too. */
+		lk_my = NULL;
+		return;
+	}
 	/* Only the forking thread exists in the child: plain writes are race-free. Only the used
 	 * blocks are cleared (no page of an unused pool is touched). */
 	unsigned used = lk_pool_used < LK_POOL ? lk_pool_used : LK_POOL;

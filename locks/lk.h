@@ -218,6 +218,10 @@ static inline uint64_t lk_spin_elapsed(const struct lk_spin *sp)
 enum lk_stat { LK_ACQ, LK_CONTENDED, LK_SPIN_CUT, LK_PARKS, LK_HANDOFFS, LK_NSTATS };
 extern int lk_stats_on;
 void lk_stat_add_slow(enum pvrt_lock_class cls, enum lk_stat s);
+/* Count into a region shared with children forked from now on (they then count into it too,
+ * so the sums cover the process and its forked children). Call before any counting; 0 or
+ * -errno. */
+int lk_stats_share_with_children(void);
 static inline void lk_stat(enum pvrt_lock_class cls, enum lk_stat s)
 {
 	/* Relaxed: a switch read often; a late change only loses or adds a few counts. */

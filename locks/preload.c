@@ -514,6 +514,7 @@ EXPORT int pthread_create(pthread_t *t, const pthread_attr_t *attr, void *(*fn)(
 static void env_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 static const char *stats_file;
+static bool stats_shared; /* forked children count into our region (lk_stats_share_with_children) */
 
 static void write_stats(void)
 {
@@ -552,6 +553,11 @@ static void preload_atfork_child(void)
 	/* The emulator's control thread does not survive fork: attaching a thread in the child
 	 * could block it for ever on a vCPU that nobody resumes. Children run unemulated. */
 	emu_handle = NULL;
+	/* A forked child counts into the statistics region it shares with the process that
+	 * loaded us, which writes them at its exit: writing them here too would count them twice
+	 * (and children often leave with _exit, which writes nothing). */
+	if (stats_shared)
+		stats_file = NULL;
 }
 
 /*
@@ -596,10 +602,14 @@ static void parse_locks_env(void)
 __attribute__((constructor)) static void preload_init(void)
 {
 	int saved = errno;
+	pthread_atfork(NULL, NULL, preload_atfork_child);
 	parse_locks_env();
 	const char *sf = getenv("PVRT_STATS_FILE");
 	if (sf && *sf) {
 		stats_file = strdup(sf);
+		/* Before any counting. Failing that, each process writes its own counts at exit
+		 * (forked children that leave with _exit are then missed). */
+		stats_shared = lk_stats_share_with_children() == 0;
 		pvrt_locks_stats_enable(true);
 		atexit(write_stats);
 	}
@@ -616,7 +626,6 @@ __attribute__((constructor)) static void preload_init(void)
 	}
 	if (h && strcmp(pvhint_source_name(h), "emu") == 0) {
 		pthread_key_create(&detach_key, detach_at_exit);
-		pthread_atfork(NULL, NULL, preload_atfork_child);
 		/* Release: the handle is complete before pthread_create reads it. */
 		__atomic_store_n(&emu_handle, h, __ATOMIC_RELEASE);
 		attach_self();

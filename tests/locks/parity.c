@@ -4,7 +4,9 @@
  * printed one per line. tests/locks/parity.sh runs this program with and
  * without libpvrt-preload.so and requires identical output (and that the
  * preload really was in use). "--which" prints the object that provides
- * pthread_mutex_lock and pthread_cond_wait.
+ * pthread_mutex_lock and pthread_cond_wait. "--fork-locks N": a forked child
+ * locks and unlocks a mutex N times and leaves with _exit (for pvrt-run
+ * --stats, which must count it).
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -14,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static int errno_changes;
@@ -684,6 +687,23 @@ int main(int argc, char **argv)
 		dladdr((void *)old_cond_wait, &i3);
 		printf("%s\n%s\n%s\n", i1.dli_fname, i2.dli_fname, i3.dli_fname);
 		return 0;
+	}
+	if (argc > 2 && !strcmp(argv[1], "--fork-locks")) {
+		static pthread_mutex_t fm = PTHREAD_MUTEX_INITIALIZER;
+		long n = atol(argv[2]);
+		pid_t pid = fork();
+		if (pid == 0) {
+			for (long i = 0; i < n; i++) {
+				pthread_mutex_lock(&fm);
+				pthread_mutex_unlock(&fm);
+			}
+			_exit(0);
+		}
+		int st;
+		return pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st) &&
+			       WEXITSTATUS(st) == 0
+			   ? 0
+			   : 1;
 	}
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	test_mutex();

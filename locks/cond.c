@@ -3,6 +3,9 @@
  * pvrt_cond: a FIFO of waiter nodes (on the waiters' stacks) under a small
  * internal lock; each waiter parks on its own node.
  *
+ * signal takes the queued waiter that will run soonest by the hints (within a
+ * bound; see pick()), broadcast all of them.
+ *
  * Node states: WAITING (queued), CHAINED (taken off the queue by signal or
  * broadcast; a SIGNALED store is coming), SIGNALED. Only the queue owner (the
  * internal lock holder) moves a node out of WAITING, so a waiter whose wait
@@ -55,7 +58,9 @@ enum { WAITING = 0, CHAINED = 1, SIGNALED = 2 };
 
 struct pvrt_cond_node {
 	uint32_t state;
-	bool kernel; /* the waiter sleeps in the kernel futex on 'state' (cancellable wait) */
+	bool kernel;	 /* the waiter sleeps in the kernel futex on 'state' (cancellable wait) */
+	uint8_t skipped; /* times a signal passed over it (under the queue lock) */
+	uint32_t vcpu1;	 /* a thread waiter's vCPU + 1 when it queued; 0: a ULT, or unknown */
 	struct pvrt_cond_node *next, *prev;
 	struct pvrt_cond_node *chain; /* broadcast: the waiter to signal after us */
 };
@@ -265,7 +270,10 @@ int lk_cond_wait(pvrt_cond_t *c, void *m, lk_mutex_op unlock, lk_mutex_op lock, 
 		return -EINVAL;
 	/* A ULT blocks through pvrt_futex (it switches away); cancellation is for threads. */
 	bool kernel = cancellable && !lk_self_ult();
-	struct pvrt_cond_node n = {.state = WAITING, .kernel = kernel};
+	struct pvrt_ult *self = lk_self_ult();
+	/* A ULT's vCPU is where the scheduler puts it when readied: unknown here. */
+	struct pvrt_cond_node n = {
+	    .state = WAITING, .kernel = kernel, .vcpu1 = self ? 0 : lk_self_vcpu1(NULL)};
 
 	lk_ilock(&c->lock);
 	n.prev = c->tail;
@@ -333,20 +341,56 @@ int pvrt_cond_clockwait(pvrt_cond_t *c, pvrt_mutex_t *m, clockid_t clk,
 	return lk_cond_wait(c, m, mutex_unlock_op, mutex_lock_op, clk, abstime, false);
 }
 
+/*
+ * Which waiter a signal takes (under the queue lock). POSIX lets it be any; it is the one that
+ * will run soonest by the hints among the COND_PICK_SCAN oldest (pvrt_wake_rank: its physical
+ * CPU idle, else its vCPU not preempted), the oldest among equals. A waiter passed over
+ * COND_MAX_SKIPS times is taken next, so hints reorder signals by a bounded amount.
+ */
+#define COND_PICK_SCAN 8
+#define COND_MAX_SKIPS 4
+static struct pvrt_cond_node *pick(pvrt_cond_t *c, const pvhint_t *h)
+{
+	struct pvrt_cond_node *best = c->head;
+	if (!(h->valid & (PVHINT_VALID_PREEMPTED | PVHINT_VALID_IS_IDLE)))
+		return best;
+	int best_rank = -1, seen = 0;
+	for (struct pvrt_cond_node *n = c->head; n && seen < COND_PICK_SCAN; n = n->next, seen++) {
+		if (n->skipped >= COND_MAX_SKIPS) {
+			best = n;
+			break;
+		}
+		int r = pvrt_wake_rank(h, n->vcpu1);
+		if (r > best_rank) {
+			best = n;
+			best_rank = r;
+			if (r == 2)
+				break;
+		}
+	}
+	for (struct pvrt_cond_node *n = c->head; n != best; n = n->next)
+		n->skipped++;
+	return best;
+}
+
 int pvrt_cond_signal(pvrt_cond_t *c)
 {
 	/* Unlocked peek (relaxed): an empty queue needs no lock; a waiter that queues after
 	 * this load started waiting after the signal, so missing it is correct. */
 	if (!__atomic_load_n(&c->head, __ATOMIC_RELAXED))
 		return 0;
+	pvhint_t *h = lk_hints();
 	lk_ilock(&c->lock);
-	struct pvrt_cond_node *n = c->head;
+	struct pvrt_cond_node *n = c->head ? pick(c, h) : NULL;
 	if (n) {
-		set_head(c, n->next);
-		if (n->next)
-			n->next->prev = NULL;
+		if (n->prev)
+			n->prev->next = n->next;
 		else
-			c->tail = NULL;
+			set_head(c, n->next);
+		if (n->next)
+			n->next->prev = n->prev;
+		else
+			c->tail = n->prev;
 		n->chain = NULL;
 		__atomic_store_n(&n->state, CHAINED, __ATOMIC_RELAXED);
 	}

@@ -316,18 +316,6 @@ int pvrt_futex_wake(uint32_t *addr, int n)
 	return cnt;
 }
 
-/* How soon a waiter would run if woken now: 2 at once (its pCPU is idle), 1 its vCPU is not
- * preempted (or unknown), 0 preempted. */
-static int wake_rank(const struct waiter *wr, const pvhint_t *h)
-{
-	if (!wr->vcpu1)
-		return 1;
-	unsigned v = wr->vcpu1 - 1;
-	if ((h->valid & PVHINT_VALID_IS_IDLE) && pvhint_pcpu_idle(h, v))
-		return 2;
-	return (h->valid & PVHINT_VALID_PREEMPTED) && pvhint_vcpu_preempted(h, v) ? 0 : 1;
-}
-
 int pvrt_futex_wake_hinted(uint32_t *addr, const pvhint_t *h)
 {
 	if (!(h->valid & (PVHINT_VALID_PREEMPTED | PVHINT_VALID_IS_IDLE)))
@@ -344,7 +332,7 @@ int pvrt_futex_wake_hinted(uint32_t *addr, const pvhint_t *h)
 			best = wr; /* the fairness bound: it goes first */
 			break;
 		}
-		int r = wake_rank(wr, h);
+		int r = pvrt_wake_rank(h, wr->vcpu1);
 		if (r > best_rank) {
 			best = wr;
 			best_rank = r;

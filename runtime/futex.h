@@ -44,6 +44,19 @@ int pvrt_futex_wake_hinted(uint32_t *addr, const pvhint_t *h);
 /* How many waiters are queued on addr now (for tests). */
 int pvrt_futex_nr_waiters(const uint32_t *addr);
 
+/* How soon a thread waiting on vCPU vcpu1 - 1 (0: unknown) would run if woken now: 2 at once
+ * (the physical CPU under that vCPU is idle), 1 its vCPU is not preempted (or unknown), 0 it
+ * is preempted. The ranking of pvrt_futex_wake_hinted, also used by the condvar's signal. */
+static inline int pvrt_wake_rank(const pvhint_t *h, uint32_t vcpu1)
+{
+	if (!vcpu1)
+		return 1;
+	unsigned v = vcpu1 - 1;
+	if ((h->valid & PVHINT_VALID_IS_IDLE) && pvhint_pcpu_idle(h, v))
+		return 2;
+	return (h->valid & PVHINT_VALID_PREEMPTED) && pvhint_vcpu_preempted(h, v) ? 0 : 1;
+}
+
 #define PVRT_FUTEX_PICK_SCAN 8
 #define PVRT_FUTEX_MAX_SKIPS 4
 

@@ -152,8 +152,16 @@ inline signal_section()
 	assert(!destroyed);
 	if
 	:: ql > 0 ->
-		n = q[0];
-		qremove(0);
+		/* pick(): any queued node (the hints choose among the oldest; any
+		 * choice is allowed here, which covers theirs) */
+		k = 0;
+		do
+		:: k + 1 < ql -> k++
+		:: true -> break
+		od;
+		n = q[k];
+		qremove(k);
+		k = 0;
 		chain[n] = NONE;
 		st[n] = CHAINED;
 		taker[n] = BY_SIG;
@@ -417,7 +425,7 @@ left:
  * destroy is allowed. */
 active proctype Signaller()
 {
-	byte round, n, i, dr;
+	byte round, n, i, k, dr;
 	bool busy, cas;
 
 	round = 0;

@@ -184,7 +184,7 @@ static int configure(const struct pvrt_config *c, struct settings *s)
 	s->stack = (st + ps - 1) / ps * ps + ps; /* usable size plus the guard page */
 
 	const char *pol = env_or(c->sched, "PVRT_SCHED");
-	s->pol = pvrt_sched_find(pol ? pol : "random");
+	s->pol = pvrt_sched_find(pol);
 	if (!s->pol)
 		return failf(-EINVAL, "PVRT_SCHED: unknown policy '%s' (accepted: %s)", pol,
 			     pvrt_sched_names());

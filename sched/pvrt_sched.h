@@ -52,7 +52,11 @@ struct pvrt_sched_policy {
 			 unsigned where);
 };
 
-/* Look up a policy by name (NULL if unknown); the names for error messages. */
+/* The policies: hints (sched/hints.c, the default) and random (sched/random.c). */
+extern const struct pvrt_sched_policy pvrt_sched_hints, pvrt_sched_random;
+
+/* Look up a policy by name (NULL: the default; NULL back if unknown); the names for error
+ * messages. */
 const struct pvrt_sched_policy *pvrt_sched_find(const char *name);
 const char *pvrt_sched_names(void);
 

@@ -1,14 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The default policy: random work stealing, hint-free.
+ * The hint-free policy: random work stealing (the baseline the hints policy is measured
+ * against; PVRT_SCHED=random).
  *   wake_target: the waker's own worker (the woken ULT likely shares its data, and the local queue
  *                needs no atomic read-modify-write), or for a foreign waker the ULT's last worker.
  *   steal_victim: a random start, then round robin, two rounds.
  *   wake_idle: the first parked worker after the one that queued the work.
  */
 #include "pvrt_sched.h"
-
-#include <string.h>
 
 static unsigned random_wake_target(const struct pvrt_sched_view *v,
 				   const struct pvrt_sched_caller *c, int last)
@@ -44,24 +43,9 @@ static int random_wake_idle(const struct pvrt_sched_view *v, const struct pvrt_s
 	return -1;
 }
 
-static const struct pvrt_sched_policy random_policy = {
+const struct pvrt_sched_policy pvrt_sched_random = {
     .name = "random",
     .wake_target = random_wake_target,
     .steal_victim = random_steal_victim,
     .wake_idle = random_wake_idle,
 };
-
-static const struct pvrt_sched_policy *const policies[] = {&random_policy};
-
-const struct pvrt_sched_policy *pvrt_sched_find(const char *name)
-{
-	for (unsigned i = 0; i < sizeof(policies) / sizeof(policies[0]); i++)
-		if (!strcmp(policies[i]->name, name))
-			return policies[i];
-	return NULL;
-}
-
-const char *pvrt_sched_names(void)
-{
-	return "random";
-}

@@ -35,7 +35,7 @@ struct pvrt_config {
 	unsigned workers;	/* $PVRT_WORKERS; default: number of CPUs in 'cpus' */
 	const char *cpus;	/* $PVRT_CPUS, e.g. "0-3,6"; default: the affinity mask */
 	size_t stack_size;	/* $PVRT_STACK_SIZE (bytes, k/m suffix); default 64 KiB */
-	const char *sched;	/* $PVRT_SCHED: scheduling policy; default "random" */
+	const char *sched;	/* $PVRT_SCHED: scheduling policy, "hints" (default) or "random" */
 	uint64_t poll_min_ns;	/* $PVRT_POLL_MIN_NS: first halt-poll window; default 10 us */
 	uint64_t poll_max_ns;	/* $PVRT_POLL_MAX_NS: largest window; default 200 us (0: no poll) */
 	const char *timer;	/* $PVRT_TIMER: "lazy" (default) or "eager" re-arming */

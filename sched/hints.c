@@ -1,0 +1,92 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The hint-aware policy (the default): the random policy's decisions, reordered by where work
+ * will run soon. A worker's vCPU is rated as pvrt_futex rates a waiter's: 2 its physical CPU is
+ * idle (a wake-up there runs at once), 1 not preempted, 0 preempted by the host.
+ *   wake_target: the waker's own worker (it runs, and the woken ULT likely shares its data);
+ *                for a foreign waker the ULT's last worker unless its vCPU is preempted, else
+ *                the best-rated worker (ties: parked ones, which have nothing else to run).
+ *   steal_victim: first a round over the workers whose vCPU is preempted and that have queued
+ *                 work -- rescue what a descheduled vCPU cannot run -- then the random policy's
+ *                 two rounds from a random start.
+ *   wake_idle: the best-rated parked worker (a parked worker on an idle pCPU runs at once; one
+ *              whose pCPU is busy would wait for the host to schedule it), scanning from the
+ *              worker after 'where' so ties spread.
+ * Without hints every vCPU rates 1 and the decisions are the random policy's.
+ */
+#include "pvrt_sched.h"
+
+static int rate(const struct pvrt_sched_view *v, unsigned w)
+{
+	const pvhint_t *h = v->hint;
+	unsigned vc = v->vcpu(v, w);
+	if ((h->valid & PVHINT_VALID_IS_IDLE) && pvhint_pcpu_idle(h, vc))
+		return 2;
+	return (h->valid & PVHINT_VALID_PREEMPTED) && pvhint_vcpu_preempted(h, vc) ? 0 : 1;
+}
+
+static unsigned hints_wake_target(const struct pvrt_sched_view *v,
+				  const struct pvrt_sched_caller *c, int last)
+{
+	if (c->worker >= 0)
+		return (unsigned)c->worker;
+	if (last >= 0 && (unsigned)last < v->nworkers && rate(v, (unsigned)last) > 0)
+		return (unsigned)last;
+	unsigned start = (unsigned)(pvrt_sched_rand(c->rng) % v->nworkers), best = start;
+	int best_score = -1;
+	for (unsigned i = 0; i < v->nworkers; i++) {
+		unsigned w = (start + i) % v->nworkers;
+		int score = 2 * rate(v, w) + (v->parked(v, w) ? 1 : 0);
+		if (score > best_score) {
+			best = w;
+			best_score = score;
+		}
+	}
+	return best;
+}
+
+static int hints_steal_victim(const struct pvrt_sched_view *v, const struct pvrt_sched_caller *c,
+			      unsigned attempt)
+{
+	unsigned n = v->nworkers;
+	if (n < 2 || attempt >= 3 * n)
+		return -1;
+	uint64_t *s = c->rng;
+	if (attempt == 0)
+		s[1] = pvrt_sched_rand(s) % n; /* the start of both phases */
+	unsigned w = (unsigned)((s[1] + attempt) % n);
+	if (attempt < n) {
+		/* Rescue round: only preempted vCPUs with work; the caller's own index is a no-op
+		 * attempt (the runtime skips it). */
+		bool stranded = rate(v, w) == 0 && v->queued(v, w) > 0;
+		return stranded || c->worker < 0 ? (int)w : c->worker;
+	}
+	return (int)w;
+}
+
+static int hints_wake_idle(const struct pvrt_sched_view *v, const struct pvrt_sched_caller *c,
+			   unsigned where)
+{
+	(void)c;
+	int best = -1, best_rate = -1;
+	for (unsigned i = 1; i <= v->nworkers; i++) {
+		unsigned w = (where + i) % v->nworkers;
+		if (!v->parked(v, w))
+			continue;
+		int r = rate(v, w);
+		if (r > best_rate) {
+			best = (int)w;
+			best_rate = r;
+			if (r == 2)
+				break;
+		}
+	}
+	return best;
+}
+
+const struct pvrt_sched_policy pvrt_sched_hints = {
+    .name = "hints",
+    .wake_target = hints_wake_target,
+    .steal_victim = hints_steal_victim,
+    .wake_idle = hints_wake_idle,
+};

@@ -12,7 +12,8 @@
  *   wake_idle: the best-rated parked worker (a parked worker on an idle pCPU runs at once; one
  *              whose pCPU is busy would wait for the host to schedule it), scanning from the
  *              worker after 'where' so ties spread.
- * Without hints every vCPU rates 1 and the decisions are the random policy's.
+ * A source without preemption or idle hints (none) gets the random policy's decisions, by
+ * delegation; one with preemption but no idle hints gets no idle preference.
  */
 #include "pvrt_sched.h"
 
@@ -25,11 +26,17 @@ static int rate(const struct pvrt_sched_view *v, unsigned w)
 	return (h->valid & PVHINT_VALID_PREEMPTED) && pvhint_vcpu_preempted(h, vc) ? 0 : 1;
 }
 
+/* Does the hint source say anything a decision here could use? Else decide as random does. */
+static bool has_hints(const struct pvrt_sched_view *v)
+{
+	return v->hint->valid & (PVHINT_VALID_PREEMPTED | PVHINT_VALID_IS_IDLE);
+}
+
 static unsigned hints_wake_target(const struct pvrt_sched_view *v,
 				  const struct pvrt_sched_caller *c, int last)
 {
-	if (c->worker >= 0)
-		return (unsigned)c->worker;
+	if (c->worker >= 0 || !has_hints(v))
+		return pvrt_sched_random.wake_target(v, c, last);
 	if (last >= 0 && (unsigned)last < v->nworkers && rate(v, (unsigned)last) > 0)
 		return (unsigned)last;
 	unsigned start = (unsigned)(pvrt_sched_rand(c->rng) % v->nworkers), best = start;
@@ -49,6 +56,8 @@ static int hints_steal_victim(const struct pvrt_sched_view *v, const struct pvrt
 			      unsigned attempt)
 {
 	unsigned n = v->nworkers;
+	if (!(v->hint->valid & PVHINT_VALID_PREEMPTED))
+		return pvrt_sched_random.steal_victim(v, c, attempt); /* no rescue round */
 	if (n < 2 || attempt >= 3 * n)
 		return -1;
 	uint64_t *s = c->rng;
@@ -67,7 +76,10 @@ static int hints_steal_victim(const struct pvrt_sched_view *v, const struct pvrt
 static int hints_wake_idle(const struct pvrt_sched_view *v, const struct pvrt_sched_caller *c,
 			   unsigned where)
 {
-	(void)c;
+	if (!has_hints(v))
+		return pvrt_sched_random.wake_idle(v, c, where);
+	/* Without is_idle no parked worker rates above 1: the first one not preempted will do. */
+	int top = (v->hint->valid & PVHINT_VALID_IS_IDLE) ? 2 : 1;
 	int best = -1, best_rate = -1;
 	for (unsigned i = 1; i <= v->nworkers; i++) {
 		unsigned w = (where + i) % v->nworkers;
@@ -77,7 +89,7 @@ static int hints_wake_idle(const struct pvrt_sched_view *v, const struct pvrt_sc
 		if (r > best_rate) {
 			best = (int)w;
 			best_rate = r;
-			if (r == 2)
+			if (r == top)
 				break;
 		}
 	}

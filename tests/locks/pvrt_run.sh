@@ -42,6 +42,7 @@ echo "$out" | grep -q "^barrier " || fail "--stats: no barrier line"
 out=$("$run" --stats --hints=none -- "$parity" --fork-locks 5000 2>&1) || fail "--fork-locks failed"
 acq=$(echo "$out" | awk '$1 == "mutex" { print $2 }')
 [ -n "$acq" ] && [ "$acq" -ge 5000 ] || fail "--stats: a forked child's 5000 acquisitions not counted ($acq)"
+[ "$acq" -lt 10000 ] || fail "--stats: a forked child's acquisitions counted twice ($acq)"
 
 # --emu: application threads run on emulated vCPUs; results stay right.
 out=$("$run" --stats --emu=vcpus=4,pcpus=2,quantum=2ms -- "$parity" 2>/dev/null) || fail "--emu run failed"

@@ -144,6 +144,14 @@ int main(void)
 		for (unsigned where = 0; where < NW; where++)
 			CHECK_EQ(h->wake_idle(&view, &w0, where),
 				 pvrt_sched_random.wake_idle(&view, &w0, where));
+		/* Foreign wake-ups, also of ULTs that never ran (last -1): the same draws. */
+		for (int last = -1; last < NW; last++) {
+			uint64_t ra[2] = {seed, 0}, rb[2] = {seed, 0};
+			struct pvrt_sched_caller fa = {.worker = -1, .rng = ra};
+			struct pvrt_sched_caller fb = {.worker = -1, .rng = rb};
+			CHECK_EQ(h->wake_target(&view, &fa, last),
+				 pvrt_sched_random.wake_target(&view, &fb, last));
+		}
 	}
 	printf("sched: OK\n");
 	return 0;

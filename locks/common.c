@@ -1,12 +1,11 @@
 /* SPDX-License-Identifier: MIT */
-/* Shared by all pvrt locks: hint handles, thread ids, parking, the internal lock, statistics. */
+/* Shared by all pvrt locks: hint handles, thread ids, parking, the internal lock. */
 #define _GNU_SOURCE
 #include "lk.h"
 
 #include <errno.h>
 #include <pthread.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -93,8 +92,6 @@ int lk_tid_slow(void)
 	return lk_tid_cache;
 }
 
-static void lk_stats_reset(void);
-
 static void lk_atfork_child(void)
 {
 	/* The forking thread has a new tid in the child. */
@@ -110,8 +107,7 @@ static void lk_atfork_child(void)
 		__atomic_compare_exchange_n(&lk_hints_ptr, &expected, &lk_none_handle, false,
 					    __ATOMIC_RELAXED, __ATOMIC_RELAXED);
 	}
-	/* A child counts its own events only (the copied counts are the parent's). */
-	lk_stats_reset();
+	lk_stats_atfork_child();
 }
 
 __attribute__((constructor)) static void lk_init(void)
@@ -169,104 +165,6 @@ void lk_ilock_slow(uint32_t *w)
 		lk_park(w, 2, CLOCK_MONOTONIC, NULL, PVRT_LOCK_COND);
 		c = __atomic_exchange_n(w, 2, __ATOMIC_ACQUIRE);
 	}
-}
-
-/* ---- statistics ----
- * Each thread counts into its own block (single writer: relaxed load + store), taken from a
- * static pool so counting never allocates (malloc may itself take a pthread mutex). Blocks are
- * never reused, so counts of exited threads remain in the sums. Past the pool, threads share one
- * block with atomic adds. */
-struct lk_tstats {
-	uint64_t v[PVRT_LOCK_NCLASSES][LK_NSTATS];
-};
-#define LK_POOL 1024
-struct lk_statmem {
-	struct lk_tstats pool[LK_POOL];
-	struct lk_tstats shared; /* past the pool */
-	unsigned used;		 /* blocks handed out */
-};
-static struct lk_statmem lk_sm_own;
-/* The counters: the process's own, or a MAP_SHARED region that forked children count into too
- * (lk_stats_share_with_children). Switched only before counting starts. */
-static struct lk_statmem *lk_sm = &lk_sm_own;
-static bool lk_sm_shared;
-#define lk_pool	     (lk_sm->pool)
-#define lk_shared    (lk_sm->shared)
-#define lk_pool_used (lk_sm->used)
-static __thread struct lk_tstats *lk_my __attribute__((tls_model("initial-exec")));
-
-int lk_stats_share_with_children(void)
-{
-	void *p = mmap(NULL, sizeof(struct lk_statmem), PROT_READ | PROT_WRITE,
-		       MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-	if (p == MAP_FAILED)
-		return -errno;
-	lk_sm = p;
-	lk_sm_shared = true;
-	return 0;
-}
-int lk_stats_on;
-
-void lk_stat_add_slow(enum pvrt_lock_class cls, enum lk_stat s)
-{
-	struct lk_tstats *t = lk_my;
-	if (!t) {
-		unsigned i = __atomic_fetch_add(&lk_pool_used, 1, __ATOMIC_RELAXED);
-		t = i < LK_POOL ? &lk_pool[i] : &lk_shared;
-		lk_my = t;
-	}
-	uint64_t *p = &t->v[cls][s];
-	/* Relaxed: counters; readers only need eventually consistent sums. */
-	if (t == &lk_shared)
-		__atomic_fetch_add(p, 1, __ATOMIC_RELAXED);
-	else
-		__atomic_store_n(p, __atomic_load_n(p, __ATOMIC_RELAXED) + 1, __ATOMIC_RELAXED);
-}
-
-static void lk_stats_reset(void)
-{
-	if (lk_sm_shared) {
-		/* Counting into the parent's region: the forking thread's block is the parent
-		 * thread's (one writer per block), so the child takes a block of its own. The
-		 * block counter is atomic in the shared region, across processes too. */
-		lk_my = NULL;
-		return;
-	}
-	/* Only the forking thread exists in the child: plain writes are race-free. Only the used
-	 * blocks are cleared (no page of an unused pool is touched). */
-	unsigned used = lk_pool_used < LK_POOL ? lk_pool_used : LK_POOL;
-	if (used)
-		memset(lk_pool, 0, used * sizeof(lk_pool[0]));
-	if (lk_pool_used > LK_POOL)
-		memset(&lk_shared, 0, sizeof(lk_shared));
-	lk_pool_used = 0;
-	lk_my = NULL;
-}
-
-void pvrt_locks_stats_enable(bool on)
-{
-	__atomic_store_n(&lk_stats_on, on ? 1 : 0, __ATOMIC_RELAXED);
-}
-
-int pvrt_locks_stats_get(enum pvrt_lock_class cls, struct pvrt_lock_stats *out)
-{
-	if ((unsigned)cls >= PVRT_LOCK_NCLASSES || !out)
-		return -EINVAL;
-	uint64_t sum[LK_NSTATS] = {0};
-	unsigned n = __atomic_load_n(&lk_pool_used, __ATOMIC_RELAXED);
-	if (n > LK_POOL)
-		n = LK_POOL;
-	for (unsigned i = 0; i < n; i++)
-		for (int s = 0; s < LK_NSTATS; s++)
-			sum[s] += __atomic_load_n(&lk_pool[i].v[cls][s], __ATOMIC_RELAXED);
-	for (int s = 0; s < LK_NSTATS; s++)
-		sum[s] += __atomic_load_n(&lk_shared.v[cls][s], __ATOMIC_RELAXED);
-	out->acquisitions = sum[LK_ACQ];
-	out->contended = sum[LK_CONTENDED];
-	out->spin_cut = sum[LK_SPIN_CUT];
-	out->parks = sum[LK_PARKS];
-	out->handoffs = sum[LK_HANDOFFS];
-	return 0;
 }
 
 const char *pvrt_lock_class_name(enum pvrt_lock_class cls)

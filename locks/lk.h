@@ -218,10 +218,13 @@ static inline uint64_t lk_spin_elapsed(const struct lk_spin *sp)
 enum lk_stat { LK_ACQ, LK_CONTENDED, LK_SPIN_CUT, LK_PARKS, LK_HANDOFFS, LK_NSTATS };
 extern int lk_stats_on;
 void lk_stat_add_slow(enum pvrt_lock_class cls, enum lk_stat s);
-/* Count into a region shared with children forked from now on (they then count into it too,
- * so the sums cover the process and its forked children). Call before any counting; 0 or
- * -errno. */
+/* locks/stats.c: the counters of a process tree (the preload's PVRT_STATS_FILE). */
 int lk_stats_share_with_children(void);
+void lk_stats_atfork_child(void);
+void lk_stats_snapshot(void);
+bool lk_stats_snapshot_taken(void);
+void lk_stats_sum(enum pvrt_lock_class cls, int which, struct pvrt_lock_stats *out);
+enum { LK_SUM_ALL, LK_SUM_REPORTED, LK_SUM_OWN_UNREPORTED };
 static inline void lk_stat(enum pvrt_lock_class cls, enum lk_stat s)
 {
 	/* Relaxed: a switch read often; a late change only loses or adds a few counts. */

@@ -515,17 +515,32 @@ static void env_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)))
 
 static const char *stats_file;
 static bool stats_shared; /* forked children count into our region (lk_stats_share_with_children) */
+static pid_t stats_loader; /* the process that loaded us and set the region up */
 
 static void write_stats(void)
 {
 	if (!stats_file)
 		return;
 	int saved = errno;
+	/* Shared counters (locks/stats.c): the loader reports a snapshot of everyone's; a forked
+	 * child reports only what it counted after that snapshot, and nothing before it (the
+	 * loader's report will include it). */
+	int which = LK_SUM_ALL;
+	if (stats_shared && getpid() == stats_loader) {
+		lk_stats_snapshot();
+		which = LK_SUM_REPORTED;
+	} else if (stats_shared) {
+		if (!lk_stats_snapshot_taken()) {
+			errno = saved;
+			return;
+		}
+		which = LK_SUM_OWN_UNREPORTED;
+	}
 	char buf[1024];
 	size_t n = 0;
 	for (int c = 0; c < PVRT_LOCK_NCLASSES; c++) {
 		struct pvrt_lock_stats st;
-		pvrt_locks_stats_get((enum pvrt_lock_class)c, &st);
+		lk_stats_sum((enum pvrt_lock_class)c, which, &st);
 		int k = snprintf(buf + n, sizeof(buf) - n, "%s %llu %llu %llu %llu %llu\n",
 				 pvrt_lock_class_name((enum pvrt_lock_class)c),
 				 (unsigned long long)st.acquisitions,
@@ -553,11 +568,6 @@ static void preload_atfork_child(void)
 	/* The emulator's control thread does not survive fork: attaching a thread in the child
 	 * could block it for ever on a vCPU that nobody resumes. Children run unemulated. */
 	emu_handle = NULL;
-	/* A forked child counts into the statistics region it shares with the process that
-	 * loaded us, which writes them at its exit: writing them here too would count them twice
-	 * (and children often leave with _exit, which writes nothing). */
-	if (stats_shared)
-		stats_file = NULL;
 }
 
 /*
@@ -610,6 +620,7 @@ __attribute__((constructor)) static void preload_init(void)
 		/* Before any counting. Failing that, each process writes its own counts at exit
 		 * (forked children that leave with _exit are then missed). */
 		stats_shared = lk_stats_share_with_children() == 0;
+		stats_loader = getpid();
 		pvrt_locks_stats_enable(true);
 		atexit(write_stats);
 	}

@@ -4,9 +4,11 @@
  * printed one per line. tests/locks/parity.sh runs this program with and
  * without libpvrt-preload.so and requires identical output (and that the
  * preload really was in use). "--which" prints the object that provides
- * pthread_mutex_lock and pthread_cond_wait. "--fork-locks N": a forked child
- * locks and unlocks a mutex N times and leaves with _exit (for pvrt-run
- * --stats, which must count it).
+ * pthread_mutex_lock and pthread_cond_wait. For the statistics of a process
+ * tree (pvrt-run --stats, PVRT_STATS_FILE): "--fork-locks N K": K children, one
+ * after another, each lock and unlock a mutex N times and leave with _exit;
+ * "--orphan-locks N": the parent exits at once, and its child, once orphaned,
+ * locks N times and exits normally.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -690,20 +692,36 @@ int main(int argc, char **argv)
 	}
 	if (argc > 2 && !strcmp(argv[1], "--fork-locks")) {
 		static pthread_mutex_t fm = PTHREAD_MUTEX_INITIALIZER;
-		long n = atol(argv[2]);
-		pid_t pid = fork();
-		if (pid == 0) {
-			for (long i = 0; i < n; i++) {
-				pthread_mutex_lock(&fm);
-				pthread_mutex_unlock(&fm);
+		long n = atol(argv[2]), k = argc > 3 ? atol(argv[3]) : 1;
+		for (long j = 0; j < k; j++) {
+			pid_t pid = fork();
+			if (pid == 0) {
+				for (long i = 0; i < n; i++) {
+					pthread_mutex_lock(&fm);
+					pthread_mutex_unlock(&fm);
+				}
+				_exit(0);
 			}
-			_exit(0);
+			int st;
+			if (pid < 0 || waitpid(pid, &st, 0) != pid || !WIFEXITED(st) ||
+			    WEXITSTATUS(st) != 0)
+				return 1;
 		}
-		int st;
-		return pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st) &&
-			       WEXITSTATUS(st) == 0
-			   ? 0
-			   : 1;
+		return 0;
+	}
+	if (argc > 2 && !strcmp(argv[1], "--orphan-locks")) {
+		static pthread_mutex_t om = PTHREAD_MUTEX_INITIALIZER;
+		long n = atol(argv[2]);
+		pid_t parent = getpid(), pid = fork();
+		if (pid != 0)
+			return pid > 0 ? 0 : 1;
+		while (getppid() == parent) /* until the parent has exited */
+			usleep(1000);
+		for (long i = 0; i < n; i++) {
+			pthread_mutex_lock(&om);
+			pthread_mutex_unlock(&om);
+		}
+		exit(0);
 	}
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	test_mutex();

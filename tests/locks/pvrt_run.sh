@@ -43,6 +43,19 @@ out=$("$run" --stats --hints=none -- "$parity" --fork-locks 5000 2>&1) || fail "
 acq=$(echo "$out" | awk '$1 == "mutex" { print $2 }')
 [ -n "$acq" ] && [ "$acq" -ge 5000 ] || fail "--stats: a forked child's 5000 acquisitions not counted ($acq)"
 [ "$acq" -lt 10000 ] || fail "--stats: a forked child's acquisitions counted twice ($acq)"
+# 1500 children, one after another (more than the 1024 counter blocks: the blocks of reaped
+# children are reclaimed), 10 acquisitions each: counted exactly.
+out=$("$run" --stats --hints=none -- "$parity" --fork-locks 10 1500 2>&1) || fail "1500 forks failed"
+acq=$(echo "$out" | awk '$1 == "mutex" { print $2 }')
+[ "$acq" = 15000 ] || fail "--stats: 1500 children x 10 acquisitions counted as $acq"
+# A child that outlives the process that loaded the preload writes its own counts at exit.
+sf=$(mktemp)
+PVRT_STATS_FILE=$sf PVRT_HINTS=none LD_PRELOAD=$(dirname "$run")/libpvrt-preload.so \
+	"$parity" --orphan-locks 7000 || fail "--orphan-locks failed"
+for _ in $(seq 100); do [ "$(grep -c '^mutex' "$sf")" -ge 2 ] && break; sleep 0.1; done
+acq=$(awk '$1 == "mutex" { s += $2 } END { print s + 0 }' "$sf")
+rm -f "$sf"
+[ "$acq" = 7000 ] || fail "PVRT_STATS_FILE: an orphaned child's 7000 acquisitions counted as $acq"
 
 # --emu: application threads run on emulated vCPUs; results stay right.
 out=$("$run" --stats --emu=vcpus=4,pcpus=2,quantum=2ms -- "$parity" 2>/dev/null) || fail "--emu run failed"

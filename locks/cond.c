@@ -150,21 +150,26 @@ static void park_chained(struct pvrt_cond_node *n)
 	errno = saved;
 }
 
+/* Take n out of the queue, wherever it is (under the queue lock). */
+static void unlink_node(pvrt_cond_t *c, struct pvrt_cond_node *n)
+{
+	if (n->prev)
+		n->prev->next = n->next;
+	else
+		set_head(c, n->next);
+	if (n->next)
+		n->next->prev = n->prev;
+	else
+		c->tail = n->prev;
+}
+
 /* Unlink n if it is still queued (under the queue lock); false if a signal took it. */
 static bool unqueue(pvrt_cond_t *c, struct pvrt_cond_node *n)
 {
 	lk_ilock(&c->lock);
 	bool queued = __atomic_load_n(&n->state, __ATOMIC_RELAXED) == WAITING;
-	if (queued) {
-		if (n->prev)
-			n->prev->next = n->next;
-		else
-			set_head(c, n->next);
-		if (n->next)
-			n->next->prev = n->prev;
-		else
-			c->tail = n->prev;
-	}
+	if (queued)
+		unlink_node(c, n);
 	lk_iunlock(&c->lock);
 	return queued;
 }
@@ -383,14 +388,7 @@ int pvrt_cond_signal(pvrt_cond_t *c)
 	lk_ilock(&c->lock);
 	struct pvrt_cond_node *n = c->head ? pick(c, h) : NULL;
 	if (n) {
-		if (n->prev)
-			n->prev->next = n->next;
-		else
-			set_head(c, n->next);
-		if (n->next)
-			n->next->prev = n->prev;
-		else
-			c->tail = n->prev;
+		unlink_node(c, n);
 		n->chain = NULL;
 		__atomic_store_n(&n->state, CHAINED, __ATOMIC_RELAXED);
 	}

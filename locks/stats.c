@@ -141,8 +141,8 @@ void lk_stats_snapshot(void)
 	for (unsigned i = 0; i < n; i++)
 		for (int c = 0; c < PVRT_LOCK_NCLASSES; c++)
 			for (int s = 0; s < LK_NSTATS; s++)
-				__atomic_store_n(&lk_sm->rep[i].v[c][s], ld(&lk_sm->pool[i].v[c][s]),
-						 __ATOMIC_RELAXED);
+				__atomic_store_n(&lk_sm->rep[i].v[c][s],
+						 ld(&lk_sm->pool[i].v[c][s]), __ATOMIC_RELAXED);
 	/* Release: a child that sees the flag sees the snapshot. */
 	__atomic_store_n(&lk_sm->snapshot, 1, __ATOMIC_RELEASE);
 }

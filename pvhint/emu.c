@@ -123,6 +123,21 @@ static void futex_wake(uint32_t *addr)
 	syscall(SYS_futex, addr, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
 }
 
+/*
+ * A short sleep on an application thread. nanosleep and open are POSIX cancellation points, and
+ * the emulator's calls are not the application's: a deferred cancel pending on the thread must
+ * act at the application's next cancellation point, not inside a pthread_mutex_lock (or after the
+ * thread already returned from pthread_cond_wait, counting it both returned and cancelled).
+ */
+static void nap_ns(long ns)
+{
+	int cs;
+
+	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cs);
+	nanosleep(&(struct timespec){0, ns}, NULL);
+	pthread_setcancelstate(cs, NULL);
+}
+
 static inline void cpu_relax(void)
 {
 #if defined(__x86_64__) || defined(__i386__)
@@ -374,7 +389,7 @@ static void sig_put(void)
 	 * keeps it queued: then the (harmless) handler stays installed.
 	 */
 	for (int i = 0; i < 200 && __atomic_load_n(&inflight, __ATOMIC_ACQUIRE); i++)
-		nanosleep(&(struct timespec){0, 1000000}, NULL);
+		nap_ns(1000000);
 	if (!__atomic_load_n(&inflight, __ATOMIC_ACQUIRE))
 		sigaction(sig_no, &sig_old, NULL);
 	else
@@ -1178,8 +1193,15 @@ static void thr_release(struct emu_thr *t)
 	emu_self = NULL;
 	__atomic_signal_fence(__ATOMIC_SEQ_CST);
 	pvhint_tls_vcpu = -1;
-	if (t->statfd >= 0)
+	if (t->statfd >= 0) {
+		/* close is a cancellation point (see nap_ns); this runs also in a key destructor
+		 * after the thread returned, where acting on a pending cancel would replace the
+		 * thread's result with PTHREAD_CANCELED. */
+		int cs;
+		pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cs);
 		close(t->statfd);
+		pthread_setcancelstate(cs, NULL);
+	}
 	free(t);
 }
 
@@ -1233,7 +1255,10 @@ int pvhint_emu_attach(pvhint_t *h, unsigned v)
 	t->tid = (pid_t)syscall(SYS_gettid);
 	t->vcpu = v;
 	t->state = THR_RUN;
+	int cs; /* open is a cancellation point: see nap_ns */
+	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cs);
 	t->statfd = open("/proc/thread-self/stat", O_RDONLY | O_CLOEXEC);
+	pthread_setcancelstate(cs, NULL);
 	pthread_once(&key_once, make_key);
 	if (exit_key != (pthread_key_t)-1)
 		pthread_setspecific(exit_key, t);
@@ -1310,7 +1335,7 @@ void pvhint__emu_park(struct pvhint_impl *im)
 		 * ack_timeout, so this ends. A short sleep rather than sched_yield: any return from
 		 * the kernel delivers the signal, and TSan delivers it only in calls it intercepts.
 		 */
-		nanosleep(&(struct timespec){0, 1000}, NULL);
+		nap_ns(1000);
 	}
 	struct emu_vcpu *vc = &e->vc[t->vcpu];
 	bool was = runnable(e, vc);

@@ -631,9 +631,10 @@ static bool poll_kblocked(struct pvhint_emu *e)
  */
 static bool sample_wanted(const struct emu_thr *t, const struct emu_vcpu *vc)
 {
-	/* parked, or stopping/stopped: known; signalled threads of held vCPUs: runnable */
-	return __atomic_load_n(&t->state, __ATOMIC_SEQ_CST) == THR_RUN &&
-	       (!vc->desched || t->ksleep);
+	uint32_t s = __atomic_load_n(&t->state, __ATOMIC_SEQ_CST);
+	/* parked, or stopping/stopped: known; signalled threads of held vCPUs: runnable. A
+	 * stopped thread last seen asleep is re-read once: see sample_threads. */
+	return (s == THR_RUN && (!vc->desched || t->ksleep)) || (s == THR_STOPPED && t->ksleep);
 }
 
 static void sample_threads(struct pvhint_emu *e)
@@ -643,6 +644,16 @@ static void sample_threads(struct pvhint_emu *e)
 		for (struct emu_thr *t = vc->threads; t; t = t->next) {
 			if (!sample_wanted(t, vc))
 				continue;
+			/*
+			 * Stopped in the handler after it was seen asleep: the signal landed late
+			 * (the thread had it blocked, or a sanitizer deferred it until the thread
+			 * woke). It waits for its turn now, so its vCPU is runnable; a stale
+			 * 'asleep' would keep the vCPU halted, never scheduled, never released.
+			 */
+			if (__atomic_load_n(&t->state, __ATOMIC_SEQ_CST) == THR_STOPPED) {
+				set_ksleep(e, vc, t, false);
+				continue;
+			}
 			if (vc->desched) {
 				send_stop(e, vc, t); /* re-reads the state; stops it if it woke */
 				continue;

@@ -85,6 +85,8 @@ struct pvrt_ult {
 	void *stack;   /* mapping (guard page at its bottom), NULL for the primary */
 	size_t stack_len;
 	unsigned vg_id;
+	void *fresh_sp; /* until the first run (ctx.sp NULL): the initial frame's sp in 'frame' */
+	_Alignas(16) unsigned char frame[PVRT_CTX_FRAME];
 	struct pvrt_keyvals *keys;
 	const void *wait_addr; /* what it waits on (debugging) */
 #if PVRT_INJECT_WFCQ
@@ -130,8 +132,8 @@ struct pvrt_timer {
 	void (*fn)(struct pvrt_timer *t); /* called under the heap lock, on the heap's worker */
 };
 
-#define PVRT_STACK_CACHE 16
-#define PVRT_POOL_LOCAL	 128
+#define PVRT_STACK_KEEP 16 /* stacks a parking worker keeps in its pool (ult.c) */
+#define PVRT_POOL_LOCAL 128
 
 struct pvrt_worker {
 	/* Owner-only hot state. */
@@ -142,11 +144,11 @@ struct pvrt_worker {
 	unsigned idx;
 	unsigned tick; /* scheduling decisions, to poll timers now and then */
 	uint64_t rng[2];
-	struct pvrt_ult *pool; /* free descriptors */
+	struct pvrt_ult *pool; /* free descriptors, most with their stacks */
 	unsigned npool;
-	void *stacks[PVRT_STACK_CACHE]; /* default-size stacks */
-	unsigned vg_ids[PVRT_STACK_CACHE];
-	unsigned nstacks;
+	unsigned nstacks; /* descriptors in pool that hold a stack */
+	void *hot;	  /* the default-size stack an exited ULT left warm here, or NULL */
+	unsigned hot_vg;
 	uint64_t nid;
 
 	struct pvrt_ring ring;
@@ -193,6 +195,7 @@ struct pvrt_rt {
 	/* Global descriptor pool and the chunks they live in. */
 	struct pvrt_lock plock PVRT_ALIGNED;
 	struct pvrt_ult *pool;
+	uint32_t nstacks; /* descriptors in pool that hold a stack (plock; racy reads) */
 	struct pvrt_chunk *chunks;
 	uint64_t foreign_rng[2];
 	int segv_installed;
@@ -247,7 +250,9 @@ void pvrt_switch(struct pvrt_worker *w, struct pvrt_ctxrec *from, struct pvrt_ul
 void pvrt_after_switch(void) PVRT_HIDDEN;
 void pvrt_wake_worker(unsigned i) PVRT_HIDDEN;
 void pvrt_pool_fini(void) PVRT_HIDDEN;
-void pvrt_stack_cache_fini(struct pvrt_worker *w) PVRT_HIDDEN;
+/* Free pooled stacks of w beyond PVRT_STACK_KEEP, and with global those of the global pool
+ * (w's owner, about to park). */
+void pvrt_stacks_trim(struct pvrt_worker *w, bool global) PVRT_HIDDEN;
 void pvrt_ult_init_primary(struct pvrt_ult *u) PVRT_HIDDEN;
 int pvrt_stack_alloc(size_t size, void **stack, unsigned *vg_id) PVRT_HIDDEN;
 void pvrt_stack_free(void *stack, size_t len, unsigned vg_id) PVRT_HIDDEN;

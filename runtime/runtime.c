@@ -378,11 +378,14 @@ static void idle(struct pvrt_worker *w)
 	 * best-effort wake-up (their owners run it anyway): nparked, read racily by notify_idle.
 	 */
 	__atomic_exchange_n(&w->park_word, 1, __ATOMIC_SEQ_CST);
-	__atomic_fetch_add(&pvrt_rt.nparked, 1, __ATOMIC_RELAXED);
+	bool last = __atomic_add_fetch(&pvrt_rt.nparked, 1, __ATOMIC_RELAXED) == pvrt_rt.nw;
 	uint64_t dl = __atomic_load_n(&w->armed, __ATOMIC_RELAXED);
 	if (!pvrt_has_work(w) && !__atomic_load_n(&pvrt_rt.stop, __ATOMIC_SEQ_CST) &&
 	    dl > pvrt_now_ns()) {
 		PVRT_STAT_INC(w, st_parks);
+		/* Idle costs no memory either: give back the stacks of a past burst. A wake-up
+		 * meanwhile is not lost (park_word is re-read below), only later. */
+		pvrt_stacks_trim(w, last);
 		pvhint_thread_park(pvrt_rt.hint);
 		/* Acquire: a waker's queue writes are visible once we see its 1->0. */
 		while (__atomic_load_n(&w->park_word, __ATOMIC_ACQUIRE) == 1) {
@@ -478,7 +481,8 @@ static void free_workers(unsigned n)
 {
 	for (unsigned i = 0; i < n; i++) {
 		struct pvrt_worker *w = pvrt_rt.w[i];
-		pvrt_stack_cache_fini(w);
+		if (w->hot)
+			pvrt_stack_free(w->hot, pvrt_rt.stack_size, w->hot_vg);
 		pvrt_timers_fini(w);
 		pvrt_free(w, sizeof(*w));
 	}

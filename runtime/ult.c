@@ -88,6 +88,7 @@ static struct pvrt_ult *desc_get(struct pvrt_worker *w)
 		u = w->pool;
 		w->pool = u->qnext;
 		w->npool--;
+		w->nstacks -= u->stack != NULL;
 		return u;
 	}
 	pvrt_lock_acquire(&pvrt_rt.plock);
@@ -108,6 +109,9 @@ static struct pvrt_ult *desc_get(struct pvrt_worker *w)
 	}
 	u = pvrt_rt.pool;
 	pvrt_rt.pool = u->qnext;
+	/* Atomic (under plock): pvrt_stacks_trim reads it without the lock. */
+	if (u->stack)
+		__atomic_fetch_sub(&pvrt_rt.nstacks, 1, __ATOMIC_RELAXED);
 	/* Refill the worker's pool in one go so the lock is rare. */
 	if (w) {
 		for (unsigned i = 0; i < PVRT_POOL_LOCAL / 2 && pvrt_rt.pool; i++) {
@@ -116,6 +120,10 @@ static struct pvrt_ult *desc_get(struct pvrt_worker *w)
 			x->qnext = w->pool;
 			w->pool = x;
 			w->npool++;
+			if (x->stack) {
+				__atomic_fetch_sub(&pvrt_rt.nstacks, 1, __ATOMIC_RELAXED);
+				w->nstacks++;
+			}
 		}
 	}
 	pvrt_lock_release(&pvrt_rt.plock);
@@ -131,11 +139,14 @@ static void desc_put(struct pvrt_worker *w, struct pvrt_ult *u)
 		u->qnext = w->pool;
 		w->pool = u;
 		w->npool++;
+		w->nstacks += u->stack != NULL;
 		return;
 	}
 	pvrt_lock_acquire(&pvrt_rt.plock);
 	u->qnext = pvrt_rt.pool;
 	pvrt_rt.pool = u;
+	if (u->stack)
+		__atomic_fetch_add(&pvrt_rt.nstacks, 1, __ATOMIC_RELAXED);
 	pvrt_lock_release(&pvrt_rt.plock);
 }
 
@@ -152,13 +163,18 @@ void pvrt_pool_fini(void)
 	struct pvrt_chunk *c = pvrt_rt.chunks;
 	while (c) {
 		struct pvrt_chunk *n = c->next;
-		for (unsigned i = 0; i < c->n; i++)
-			pvrt_san_fiber_destroy(&c->u[i].ctx.san);
+		for (unsigned i = 0; i < c->n; i++) {
+			struct pvrt_ult *u = &c->u[i];
+			if (u->stack)
+				pvrt_stack_free(u->stack, u->stack_len, u->vg_id);
+			pvrt_san_fiber_destroy(&u->ctx.san);
+		}
 		pvrt_free(c, sizeof(*c));
 		c = n;
 	}
 	pvrt_rt.chunks = NULL;
 	pvrt_rt.pool = NULL;
+	pvrt_rt.nstacks = 0;
 	pvrt_debug_chunks = NULL;
 }
 
@@ -199,23 +215,83 @@ void pvrt_stack_free(void *stack, size_t len, unsigned vg_id)
 	munmap(stack, len);
 }
 
-static void stack_put(struct pvrt_worker *w, struct pvrt_ult *u)
+/*
+ * A descriptor keeps its stack when it goes back to a pool, so a create takes both with one pop
+ * and a program that starts many threads at once maps stacks only the first time: there is no
+ * cache size to fall off. A create does not touch the stack either (the initial frame is built in
+ * the descriptor), and a ULT's first run swaps its stack for the worker's hot one, which an exit
+ * on that worker left warm (an exit swaps its stack in): N ULTs created, then run one after the
+ * other, run on two warm stacks while the cold ones only change hands. So the cost per ULT stays
+ * flat whatever N. The memory goes back when idle: a worker about to park frees the stacks of its
+ * pool beyond PVRT_STACK_KEEP, and the last worker to park frees those of the global pool.
+ */
+static inline void swap_hot(struct pvrt_worker *w, struct pvrt_ult *u)
 {
-	if (u->stack_len == pvrt_rt.stack_size && w->nstacks < PVRT_STACK_CACHE) {
-		w->vg_ids[w->nstacks] = u->vg_id;
-		w->stacks[w->nstacks++] = u->stack;
-	} else {
-		pvrt_stack_free(u->stack, u->stack_len, u->vg_id);
-	}
-	u->stack = NULL;
+	if (u->stack_len != pvrt_rt.stack_size || !u->stack)
+		return;
+	void *s = w->hot;
+	unsigned vg = w->hot_vg;
+	w->hot = u->stack;
+	w->hot_vg = u->vg_id;
+	u->stack = s;
+	u->vg_id = vg;
 }
 
-void pvrt_stack_cache_fini(struct pvrt_worker *w)
+/* Before the first switch to u: give it a stack (the warm one when there is one) and copy the
+ * initial frame built at create below its top. */
+static void first_run(struct pvrt_worker *w, struct pvrt_ult *u)
 {
-	while (w->nstacks) {
-		w->nstacks--;
-		pvrt_stack_free(w->stacks[w->nstacks], pvrt_rt.stack_size, w->vg_ids[w->nstacks]);
+	if (w->hot)
+		swap_hot(w, u);
+	size_t ps = pvrt_page_size();
+	size_t n = (size_t)(u->frame + sizeof(u->frame) - (unsigned char *)u->fresh_sp);
+	unsigned char *top =
+	    (unsigned char *)((uintptr_t)((char *)u->stack + u->stack_len) & ~(uintptr_t)15);
+	memcpy(top - n, u->fresh_sp, n);
+	u->ctx.sp = top - n;
+	u->ctx.san.bottom = (char *)u->stack + ps;
+	u->ctx.san.size = u->stack_len - ps;
+}
+
+static void stacks_free_list(struct pvrt_ult *u, unsigned keep)
+{
+	for (; u; u = u->qnext) {
+		if (!u->stack)
+			continue;
+		if (keep) {
+			keep--;
+			continue;
+		}
+		pvrt_stack_free(u->stack, u->stack_len, u->vg_id);
+		u->stack = NULL;
 	}
+}
+
+void pvrt_stacks_trim(struct pvrt_worker *w, bool global)
+{
+	if (w->nstacks > PVRT_STACK_KEEP) {
+		stacks_free_list(w->pool, PVRT_STACK_KEEP);
+		w->nstacks = PVRT_STACK_KEEP;
+	}
+	if (!global || !__atomic_load_n(&pvrt_rt.nstacks, __ATOMIC_RELAXED))
+		return;
+	/* Detach the list so that creators (foreign threads) need not wait for the unmapping;
+	 * meanwhile they find the pool empty and allocate a chunk. */
+	pvrt_lock_acquire(&pvrt_rt.plock);
+	struct pvrt_ult *list = pvrt_rt.pool;
+	pvrt_rt.pool = NULL;
+	__atomic_store_n(&pvrt_rt.nstacks, 0, __ATOMIC_RELAXED);
+	pvrt_lock_release(&pvrt_rt.plock);
+	if (!list)
+		return;
+	stacks_free_list(list, 0);
+	struct pvrt_ult *last = list;
+	while (last->qnext)
+		last = last->qnext;
+	pvrt_lock_acquire(&pvrt_rt.plock);
+	last->qnext = pvrt_rt.pool;
+	pvrt_rt.pool = list;
+	pvrt_lock_release(&pvrt_rt.plock);
 }
 
 /*
@@ -593,6 +669,8 @@ static void switch_ctx(struct pvrt_worker *w, struct pvrt_ctxrec *from, struct p
 		       void (*post)(struct pvrt_worker *, void *), void *arg, int dying)
 {
 	struct pvrt_ctxrec *tc = to ? &to->ctx : &w->sched;
+	if (unlikely(!tc->sp))
+		first_run(w, to);
 	w->post_fn = post;
 	w->post_arg = arg;
 	w->cur = to;
@@ -678,7 +756,9 @@ int pvrt_worker_vcpu(void)
 static void post_exit(struct pvrt_worker *w, void *arg)
 {
 	struct pvrt_ult *u = arg;
-	stack_put(w, u);
+	/* Keep the warm stack on this worker; the descriptor takes the previous one (or none; see
+	 * pvrt_stacks_trim). */
+	swap_hot(w, u);
 	pvrt_san_fiber_destroy(&u->ctx.san);
 	desc_unref(w, u);
 }
@@ -776,11 +856,11 @@ int pvrt_thread_create(pvrt_thread_t *out, const pvrt_thread_attr_t *attr, void 
 	struct pvrt_ult *u = desc_get(w);
 	if (!u)
 		return pvrt_fail(-ENOMEM, "pvrt_thread_create: out of memory");
-	if (w && len == pvrt_rt.stack_size && w->nstacks) {
-		w->nstacks--;
-		u->stack = w->stacks[w->nstacks];
-		u->vg_id = w->vg_ids[w->nstacks];
-	} else {
+	if (u->stack && u->stack_len != len) {
+		pvrt_stack_free(u->stack, u->stack_len, u->vg_id);
+		u->stack = NULL;
+	}
+	if (!u->stack) {
 		int r = pvrt_stack_alloc(len, &u->stack, &u->vg_id);
 		if (r) {
 			desc_put(w, u);
@@ -803,12 +883,12 @@ int pvrt_thread_create(pvrt_thread_t *out, const pvrt_thread_attr_t *attr, void 
 	u->refs = detached ? 1 : 2;
 	u->keys = NULL;
 	u->wait_addr = NULL;
-	size_t ps = pvrt_page_size();
-	u->ctx.san.bottom = (char *)u->stack + ps;
-	u->ctx.san.size = len - ps;
 	u->ctx.san.asan_fake = NULL;
 	pvrt_san_fiber_create(&u->ctx.san);
-	u->ctx.sp = pvrt_ctx_make((char *)u->stack + len, ult_entry, u);
+	/* The frame is built here (the creator's floating-point state) and copied to the stack at
+	 * the first run (first_run). */
+	u->ctx.sp = NULL;
+	u->fresh_sp = pvrt_ctx_make(u->frame + sizeof(u->frame), ult_entry, u);
 	/* Relaxed: finalize only needs the count to be exact once every creator is done. */
 	__atomic_add_fetch(&pvrt_rt.nlive, 1, __ATOMIC_RELAXED);
 	if (w)

@@ -3,6 +3,8 @@
  * bench_ult: pvrt ULT costs beside Boost.Fiber's (boost_fiber.cc), in one run.
  *
  *   BM_create_join/pvrt    create a ULT and join it, one worker
+ *   BM_create_join_batch/pvrt/N  create N ULTs, then join all N, one worker; time per ULT
+ *                          (a program starting N threads at once: stacks must not fall off a cache)
  *   BM_yield/pvrt          two ULTs ping-pong with yield on one worker; time per yield
  *   BM_wake_latency/...    waker's store+wake to the wakee running, manual time (median is the
  *                          figure): a ULT on a parked worker (poll off), the same with
@@ -71,6 +73,24 @@ static void BM_create_join(pvrt_bench_state *st)
 			pvrt_thread_join(t, NULL);
 		}
 	pvrt_finalize();
+}
+
+static void BM_create_join_batch(pvrt_bench_state *st)
+{
+	const int64_t n = pvrt_bench_arg(st, 0);
+	pvrt_thread_t *t = malloc((size_t)n * sizeof(*t));
+	if (!t || start(st, 1, 0, NULL)) {
+		free(t);
+		return;
+	}
+	while (pvrt_bench_keep_running_batch(st, n)) {
+		for (int64_t i = 0; i < n; i++)
+			pvrt_thread_create(&t[i], NULL, nop, NULL);
+		for (int64_t i = 0; i < n; i++)
+			pvrt_thread_join(t[i], NULL);
+	}
+	pvrt_finalize();
+	free(t);
 }
 
 static void *yield_loop(void *a)
@@ -304,6 +324,11 @@ int main(int argc, char **argv)
 	/* Fixed placement: the benchmark runtimes pick their own worker counts. */
 	unsetenv("PVRT_WORKERS");
 	pvrt_bench_unit_ns(pvrt_bench_register("BM_create_join/pvrt", BM_create_join));
+	static const int64_t batch[] = {1, 16, 17, 64, 1000, 10000};
+	for (size_t i = 0; i < sizeof(batch) / sizeof(batch[0]); i++)
+		pvrt_bench_unit_ns(pvrt_bench_args(
+		    pvrt_bench_register("BM_create_join_batch/pvrt", BM_create_join_batch), 1,
+		    &batch[i]));
 	pvrt_bench_unit_ns(pvrt_bench_register("BM_yield/pvrt", BM_yield));
 	pvrt_bench *b = pvrt_bench_register("BM_wake_latency/pvrt_parked", BM_wake_latency_pvrt);
 	pvrt_bench_args(b, 1, (int64_t[]){0});

@@ -49,7 +49,7 @@
 static inline void lk_backoff(unsigned *b)
 {
 	for (unsigned i = 0; i < *b; i++)
-		pvrt_cpu_relax();
+		os_cpu_relax();
 	if (*b < LK_BACKOFF_MAX)
 		*b <<= 1;
 }
@@ -57,7 +57,7 @@ static inline void lk_backoff(unsigned *b)
 /* ---- the runtime ----
  * Its internal header declares what the locks use: pvrt_tls_worker (initial-exec TLS, hidden in
  * libpvrt and the preload), pvrt_ult_current(), pvrt_ult_try_yield_to(), pvrt_worker_vcpu(),
- * pvrt_cpu_relax(), pvrt_now_ns(). */
+ * os_cpu_relax(), os_now_ns(). */
 
 /* pvrt_ult_current() without a call for threads that are not workers (the common case for
  * pthread programs). Only for use at the start of a lock call: a worker's ULT may move to another
@@ -144,31 +144,26 @@ static inline int lk_wake_one(uint32_t *addr)
 	return pvrt_futex_wake_hinted(addr, lk_hints());
 }
 
-/* A small internal lock (3-state futex lock) for short queue manipulations. */
+/* A small internal lock for short queue manipulations: the OS layer's three-state lock, its
+ * sleepers parked through pvrt_futex (a ULT switches away instead of blocking its worker). */
 void lk_ilock_slow(uint32_t *w);
 static inline void lk_ilock(uint32_t *w)
 {
-	uint32_t z = 0;
 	/* Acquire: the queue written by the previous holder is visible to us. */
-	if (lk_unlikely(
-		!__atomic_compare_exchange_n(w, &z, 1, false, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)))
+	if (lk_unlikely(!os_lock_try(w)))
 		lk_ilock_slow(w);
 }
 static inline void lk_iunlock(uint32_t *w)
 {
 	/* Release: our queue updates are visible to the next holder. */
-	if (lk_unlikely(__atomic_exchange_n(w, 0, __ATOMIC_RELEASE) == 2))
+	if (lk_unlikely(os_unlock_contended(w)))
 		lk_wake(w, 1);
 }
 
-/* Validate an absolute timeout and clock the way glibc does before waiting. */
+/* Validate a clock the way glibc does before waiting (timeouts: os_timespec_valid). */
 static inline bool lk_valid_clock(clockid_t clk)
 {
 	return clk == CLOCK_REALTIME || clk == CLOCK_MONOTONIC;
-}
-static inline bool lk_valid_timespec(const struct timespec *ts)
-{
-	return ts->tv_nsec >= 0 && ts->tv_nsec < 1000000000L;
 }
 
 /*
@@ -201,7 +196,7 @@ static inline bool lk_spin_more(struct lk_spin *sp)
 	/* A clock read costs about what a check does: look at the time every LK_SPIN_FREE-th. */
 	if ((++sp->n % LK_SPIN_FREE) != 0)
 		return true;
-	uint64_t now = pvrt_now_ns();
+	uint64_t now = os_now_ns();
 	if (!sp->deadline) {
 		sp->deadline = now + sp->budget;
 		return true;
@@ -211,7 +206,7 @@ static inline bool lk_spin_more(struct lk_spin *sp)
 /* Time spent since the clock was first read (0 if it never was). */
 static inline uint64_t lk_spin_elapsed(const struct lk_spin *sp)
 {
-	return sp->deadline ? pvrt_now_ns() + sp->budget - sp->deadline : 0;
+	return sp->deadline ? os_now_ns() + sp->budget - sp->deadline : 0;
 }
 
 /* ---- statistics ---- */

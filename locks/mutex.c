@@ -151,7 +151,7 @@ static bool own_vcpu_shared(struct mx_thread *t, pvhint_t *h, struct pvrt_ult *u
 		t->steal_seen = st;
 		return false;
 	}
-	uint64_t now = pvrt_now_ns();
+	uint64_t now = os_now_ns();
 	if (st != t->steal_seen) {
 		t->steal_seen = st;
 		t->steal_at = now;
@@ -377,7 +377,7 @@ static int lock_slow(pvrt_mutex_t *m, clockid_t clk, const struct timespec *abs,
 	if (timed) {
 		/* glibc's order: a bad timespec is EINVAL once the first attempt failed (not
 		 * before), and a negative tv_sec is already expired. */
-		if (!lk_valid_timespec(abs))
+		if (!os_timespec_valid(abs))
 			return -EINVAL;
 		if (abs->tv_sec < 0)
 			return -ETIMEDOUT;
@@ -399,7 +399,7 @@ static int lock_slow(pvrt_mutex_t *m, clockid_t clk, const struct timespec *abs,
 				return 0;
 			continue;
 		}
-		if (t0 && pvrt_now_ns() - t0 >= LK_STARVE_NS) {
+		if (t0 && os_now_ns() - t0 >= LK_STARVE_NS) {
 			int r = handoff_acquire(m, clk, abs, u);
 			if (r != -EAGAIN)
 				return r;
@@ -413,7 +413,7 @@ static int lock_slow(pvrt_mutex_t *m, clockid_t clk, const struct timespec *abs,
 			w |= WAITERS;
 		}
 		if (!t0)
-			t0 = pvrt_now_ns();
+			t0 = os_now_ns();
 		extra = WAITERS;
 		int r = lk_park(&m->word, w, clk, abs, C);
 		if (r == -ETIMEDOUT || r == -EINVAL)

@@ -16,6 +16,7 @@
 
 #include <pvrt/pvhint.h>
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <time.h>
 
@@ -33,12 +34,13 @@ int pvrt_futex_wake(uint32_t *addr, int n);
 
 /*
  * Wake one waiter on addr, preferring one that will run soon according to the hints h: among the
- * PVRT_FUTEX_PICK_SCAN oldest waiters on addr, the oldest whose vCPU's physical CPU is idle (it
+ * PVRT_WAKE_PICK_SCAN oldest waiters on addr, the oldest whose vCPU's physical CPU is idle (it
  * runs at once), else the oldest whose vCPU is not preempted, else the oldest. A thread waiter's
  * vCPU is the one it waited on (its emulated vCPU, else its CPU then: where the kernel will most
  * likely wake it); a ULT's is unknown (the scheduler places it when it is readied) and counts as
- * not preempted. Bounded unfairness: a waiter passed over PVRT_FUTEX_MAX_SKIPS times is taken
- * next. Hints only reorder wake-ups: every waiter is still woken by some wake. Returns 0 or 1.
+ * not preempted. Bounded unfairness: a waiter passed over PVRT_WAKE_MAX_SKIPS times is taken
+ * next (see struct pvrt_wake_pick). Hints only reorder wake-ups: every waiter is still woken by
+ * some wake. Returns 0 or 1.
  */
 int pvrt_futex_wake_hinted(uint32_t *addr, const pvhint_t *h);
 /* How many waiters are queued on addr now (for tests). */
@@ -57,7 +59,43 @@ static inline int pvrt_wake_rank(const pvhint_t *h, uint32_t vcpu1)
 	return (h->valid & PVHINT_VALID_PREEMPTED) && pvhint_vcpu_preempted(h, v) ? 0 : 1;
 }
 
-#define PVRT_FUTEX_PICK_SCAN 8
-#define PVRT_FUTEX_MAX_SKIPS 4
+/*
+ * "Wake who runs soonest, with bounded skips": the choice of pvrt_futex_wake_hinted and of the
+ * condvar's signal. Offer the queued waiters oldest first; the pick is the one with the highest
+ * pvrt_wake_rank among the first PVRT_WAKE_PICK_SCAN, the oldest among equals, cut short by a
+ * rank of 2 (cannot do better) or by a waiter already passed over PVRT_WAKE_MAX_SKIPS times (the
+ * fairness bound: it goes first). The caller then counts a skip for each waiter older than the
+ * pick, so hints reorder wake-ups by a bounded amount.
+ */
+#define PVRT_WAKE_PICK_SCAN 8
+#define PVRT_WAKE_MAX_SKIPS 4
+struct pvrt_wake_pick {
+	void *best; /* NULL until a waiter was offered */
+	int rank;
+	int seen;
+};
+
+static inline void pvrt_wake_pick_init(struct pvrt_wake_pick *p)
+{
+	*p = (struct pvrt_wake_pick){.rank = -1};
+}
+
+/* Offer waiter w (its vCPU + 1, 0 unknown, and its skip count); false: the pick is made. */
+static inline bool pvrt_wake_pick_offer(struct pvrt_wake_pick *p, const pvhint_t *h, void *w,
+					uint32_t vcpu1, unsigned skipped)
+{
+	if (skipped >= PVRT_WAKE_MAX_SKIPS) {
+		p->best = w;
+		return false;
+	}
+	int r = pvrt_wake_rank(h, vcpu1);
+	if (r > p->rank) {
+		p->best = w;
+		p->rank = r;
+		if (r == 2)
+			return false;
+	}
+	return ++p->seen < PVRT_WAKE_PICK_SCAN;
+}
 
 #endif /* PVRT_RUNTIME_FUTEX_H */

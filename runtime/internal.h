@@ -13,6 +13,7 @@
 #include "arch/ctx.h"
 #include "futex.h"
 #include "lock.h"
+#include "pvrt_os.h"
 #include "san.h"
 #include "pvrt_sched.h"
 
@@ -215,13 +216,6 @@ PVRT_HIDDEN;
  * thread-local address (or the thread pointer itself) in a register across a call.
  */
 struct pvrt_worker *pvrt_worker_cur(void) PVRT_HIDDEN;
-
-static inline uint64_t pvrt_now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 /* ---- ult.c ---- */
 /* The calling ULT, NULL in threads that are not ULTs (locks use this). */

@@ -325,8 +325,7 @@ static void kpark(uint32_t *word, uint64_t deadline)
 		ts.tv_nsec = (long)(deadline % 1000000000ull);
 		tp = &ts;
 	}
-	syscall(SYS_futex, word, FUTEX_WAIT_BITSET | FUTEX_PRIVATE_FLAG, 1, tp, NULL,
-		FUTEX_BITSET_MATCH_ANY);
+	os_futex_wait_abs(word, 1, CLOCK_MONOTONIC, tp);
 }
 
 /*
@@ -340,7 +339,7 @@ static void kpark(uint32_t *word, uint64_t deadline)
  */
 static void idle(struct pvrt_worker *w)
 {
-	uint64_t t0 = pvrt_now_ns();
+	uint64_t t0 = os_now_ns();
 	bool contended = pvhint_vcpu_preempted(pvrt_rt.hint, w->vcpu);
 	if (pvrt_rt.hint->valid & PVHINT_VALID_STEAL) {
 		uint64_t s = pvhint_steal(pvrt_rt.hint, w->vcpu);
@@ -354,8 +353,8 @@ static void idle(struct pvrt_worker *w)
 		uint64_t now = t0;
 		while (now - t0 < poll) {
 			for (int i = 0; i < 32; i++)
-				pvrt_cpu_relax();
-			now = pvrt_now_ns();
+				os_cpu_relax();
+			now = os_now_ns();
 			if (pvrt_has_work(w) || pvrt_timers_due(w, now) ||
 			    __atomic_load_n(&pvrt_rt.stop, __ATOMIC_RELAXED)) {
 				found = true;
@@ -381,13 +380,13 @@ static void idle(struct pvrt_worker *w)
 	__atomic_fetch_add(&pvrt_rt.nparked, 1, __ATOMIC_RELAXED);
 	uint64_t dl = __atomic_load_n(&w->armed, __ATOMIC_RELAXED);
 	if (!pvrt_has_work(w) && !__atomic_load_n(&pvrt_rt.stop, __ATOMIC_SEQ_CST) &&
-	    dl > pvrt_now_ns()) {
+	    dl > os_now_ns()) {
 		PVRT_STAT_INC(w, st_parks);
 		pvhint_thread_park(pvrt_rt.hint);
 		/* Acquire: a waker's queue writes are visible once we see its 1->0. */
 		while (__atomic_load_n(&w->park_word, __ATOMIC_ACQUIRE) == 1) {
 			kpark(&w->park_word, dl);
-			if (dl != UINT64_MAX && pvrt_now_ns() >= dl)
+			if (dl != UINT64_MAX && os_now_ns() >= dl)
 				break;
 		}
 		pvhint_thread_unpark(pvrt_rt.hint);
@@ -400,7 +399,7 @@ static void idle(struct pvrt_worker *w)
 
 	if (contended)
 		return;
-	uint64_t idle_ns = pvrt_now_ns() - t0;
+	uint64_t idle_ns = os_now_ns() - t0;
 	if (idle_ns > pvrt_rt.poll_max) {
 		w->poll_ns /= 2;
 		if (w->poll_ns < pvrt_rt.poll_min)
@@ -418,7 +417,7 @@ void pvrt_sched_loop(struct pvrt_worker *w)
 {
 	for (;;) {
 		struct pvrt_ult *u = pvrt_local_next(w);
-		if (!u && pvrt_timers_run(w, pvrt_now_ns()))
+		if (!u && pvrt_timers_run(w, os_now_ns()))
 			u = pvrt_local_next(w);
 		if (!u)
 			u = pvrt_steal(w);
@@ -563,7 +562,7 @@ int pvrt_init(const struct pvrt_config *c)
 		w->cpu = s.cpus[i % s.ncpus];
 		unsigned nv = pvhint_nr_vcpus(h);
 		w->vcpu = pvrt_rt.emu && nv ? i % nv : (unsigned)w->cpu;
-		w->rng[0] = 0x9E3779B97F4A7C15ull * (i + 1) ^ (uint64_t)pvrt_now_ns();
+		w->rng[0] = 0x9E3779B97F4A7C15ull * (i + 1) ^ (uint64_t)os_now_ns();
 		w->armed = UINT64_MAX;
 #if PVRT_INJECT_WFCQ
 		__cds_wfcq_init(&w->inj.head, &w->inj.tail);

@@ -421,8 +421,7 @@ void pvrt_wake_worker(unsigned i)
 					__ATOMIC_RELAXED)) {
 		__atomic_fetch_sub(&pvrt_rt.nparked, 1, __ATOMIC_RELAXED);
 		__atomic_fetch_add(&t->st_unparks, 1, __ATOMIC_RELAXED);
-		syscall(SYS_futex, &t->park_word, FUTEX_WAKE | FUTEX_PRIVATE_FLAG, 1, NULL, NULL,
-			0);
+		os_futex_wake(&t->park_word, 1);
 	}
 }
 
@@ -568,9 +567,9 @@ static struct pvrt_ult *pick_next(struct pvrt_worker *w)
 {
 	uint64_t armed = __atomic_load_n(&w->armed, __ATOMIC_RELAXED);
 	if (unlikely(armed != UINT64_MAX) && (++w->tick & 63) == 0)
-		pvrt_timers_run(w, pvrt_now_ns());
+		pvrt_timers_run(w, os_now_ns());
 	struct pvrt_ult *u = pvrt_local_next(w);
-	if (!u && armed != UINT64_MAX && pvrt_timers_run(w, pvrt_now_ns()))
+	if (!u && armed != UINT64_MAX && pvrt_timers_run(w, os_now_ns()))
 		u = pvrt_local_next(w);
 	return u;
 }
@@ -632,7 +631,7 @@ void pvrt_ult_block(void (*post)(struct pvrt_worker *, void *), void *arg)
 	 */
 	struct pvrt_ult *next = NULL;
 	uint64_t armed = __atomic_load_n(&w->armed, __ATOMIC_RELAXED);
-	if (likely(armed == UINT64_MAX) || (++w->tick & 63) || !pvrt_timers_due(w, pvrt_now_ns()))
+	if (likely(armed == UINT64_MAX) || (++w->tick & 63) || !pvrt_timers_due(w, os_now_ns()))
 		next = pvrt_local_next(w);
 	switch_ctx(w, &self->ctx, next, post, arg, 0);
 }

@@ -3,6 +3,8 @@
 #ifndef PVHINT_TEST_CHECK_H
 #define PVHINT_TEST_CHECK_H
 
+#include "pvrt_os.h"
+
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,13 +27,6 @@
 			exit(1);                                                                   \
 		}                                                                                  \
 	} while (0)
-
-static inline uint64_t test_now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 static inline void test_sleep_us(uint64_t us)
 {

@@ -8,6 +8,7 @@
 #define _GNU_SOURCE
 #include "check.h"
 #include "futex.h"
+#include "pvrt_os.h"
 
 #include <pvrt/thread.h>
 
@@ -19,16 +20,9 @@
 #include <stdint.h>
 #include <string.h>
 
-static uint64_t now_ns(clockid_t c)
-{
-	struct timespec ts;
-	clock_gettime(c, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 static struct timespec in_ns(clockid_t c, uint64_t ns)
 {
-	uint64_t t = now_ns(c) + ns;
+	uint64_t t = os_clock_ns(c) + ns;
 	return (struct timespec){.tv_sec = (time_t)(t / 1000000000ull),
 				 .tv_nsec = (long)(t % 1000000000ull)};
 }
@@ -38,14 +32,20 @@ static void timeouts(void)
 	uint32_t w = 0;
 	clockid_t clocks[2] = {CLOCK_MONOTONIC, CLOCK_REALTIME};
 	for (int i = 0; i < 2; i++) {
-		uint64_t t0 = now_ns(clocks[i]);
+		uint64_t t0 = os_clock_ns(clocks[i]);
 		struct timespec ts = in_ns(clocks[i], 2000000);
 		CHECK_EQ(pvrt_futex_wait(&w, 0, clocks[i], &ts), -ETIMEDOUT);
-		CHECK(now_ns(clocks[i]) >= t0 + 2000000 - 1000);
+		CHECK(os_clock_ns(clocks[i]) >= t0 + 2000000 - 1000);
 		/* In the past: value checked first. */
 		struct timespec past = {1, 0};
 		CHECK_EQ(pvrt_futex_wait(&w, 0, clocks[i], &past), -ETIMEDOUT);
 		CHECK_EQ(pvrt_futex_wait(&w, 1, clocks[i], &past), -EAGAIN);
+		/* Before the epoch: POSIX makes it a valid time that has passed (only tv_nsec out
+		 * of range is EINVAL), although the kernel's futex rejects it. */
+		struct timespec neg = {-1, 0}, neg_bad = {-1, -1};
+		CHECK_EQ(pvrt_futex_wait(&w, 0, clocks[i], &neg), -ETIMEDOUT);
+		CHECK_EQ(pvrt_futex_wait(&w, 1, clocks[i], &neg), -EAGAIN);
+		CHECK_EQ(pvrt_futex_wait(&w, 0, clocks[i], &neg_bad), -EINVAL);
 	}
 	CHECK_EQ(pvrt_futex_wait(&w, 1, CLOCK_MONOTONIC, NULL), -EAGAIN);
 	struct timespec bad = {0, 1000000000L};
@@ -238,10 +238,10 @@ static void hinted_wake(void)
 	CHECK_EQ(hwake(w, 4), 0);
 	CHECK_EQ(pvrt_futex_wake_hinted(&hword, &hpage), 0); /* nobody left */
 
-	/* The bound: a waiter on a preempted vCPU is passed over PVRT_FUTEX_MAX_SKIPS times, then
+	/* The bound: a waiter on a preempted vCPU is passed over PVRT_WAKE_MAX_SKIPS times, then
 	 * goes first although a runnable waiter is queued behind it. */
 	hqueue(&w[0], 10, 0);
-	for (int r = 0; r < PVRT_FUTEX_MAX_SKIPS; r++) {
+	for (int r = 0; r < PVRT_WAKE_MAX_SKIPS; r++) {
 		hqueue(&w[1], 11 + r, 1);
 		CHECK_EQ(hwake(w, 2), 11 + r);
 	}
@@ -249,16 +249,16 @@ static void hinted_wake(void)
 	CHECK_EQ(hwake(w, 2), 10);
 	CHECK_EQ(hwake(w, 2), 20);
 
-	/* The choice looks at the PVRT_FUTEX_PICK_SCAN oldest only: behind 8 waiters on a
+	/* The choice looks at the PVRT_WAKE_PICK_SCAN oldest only: behind 8 waiters on a
 	 * preempted vCPU, one on an idle pCPU is not preferred; the oldest goes first. */
-	struct hwaiter many[PVRT_FUTEX_PICK_SCAN + 1];
-	for (int i = 0; i < PVRT_FUTEX_PICK_SCAN; i++)
+	struct hwaiter many[PVRT_WAKE_PICK_SCAN + 1];
+	for (int i = 0; i < PVRT_WAKE_PICK_SCAN; i++)
 		hqueue(&many[i], 40 + i, 0);
-	hqueue(&many[PVRT_FUTEX_PICK_SCAN], 60, 2);
-	CHECK_EQ(hwake(many, PVRT_FUTEX_PICK_SCAN + 1), 40);
-	for (int i = 1; i < PVRT_FUTEX_PICK_SCAN; i++) /* now within reach: it goes first */
-		CHECK_EQ(hwake(many, PVRT_FUTEX_PICK_SCAN + 1), i == 1 ? 60 : 40 + i - 1);
-	CHECK_EQ(hwake(many, PVRT_FUTEX_PICK_SCAN + 1), 40 + PVRT_FUTEX_PICK_SCAN - 1);
+	hqueue(&many[PVRT_WAKE_PICK_SCAN], 60, 2);
+	CHECK_EQ(hwake(many, PVRT_WAKE_PICK_SCAN + 1), 40);
+	for (int i = 1; i < PVRT_WAKE_PICK_SCAN; i++) /* now within reach: it goes first */
+		CHECK_EQ(hwake(many, PVRT_WAKE_PICK_SCAN + 1), i == 1 ? 60 : 40 + i - 1);
+	CHECK_EQ(hwake(many, PVRT_WAKE_PICK_SCAN + 1), 40 + PVRT_WAKE_PICK_SCAN - 1);
 
 	/* Without preemption or idle hints: plain FIFO. */
 	hpage.valid = 0;

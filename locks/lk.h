@@ -10,8 +10,9 @@
 #include <pvrt/lockstat.h>
 #include <pvrt/pvhint.h>
 
-#include "futex.h"
-#include "internal.h"
+#include "wait.h" /* all that the locks see of the runtime */
+
+#include <pvrt/thread.h>
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -54,10 +55,7 @@ static inline void lk_backoff(unsigned *b)
 		*b <<= 1;
 }
 
-/* ---- the runtime ----
- * Its internal header declares what the locks use: pvrt_tls_worker (initial-exec TLS, hidden in
- * libpvrt and the preload), pvrt_ult_current(), pvrt_ult_try_yield_to(), pvrt_worker_vcpu(),
- * os_cpu_relax(), os_now_ns(). */
+/* ---- the runtime (wait.h) ---- */
 
 /* pvrt_ult_current() without a call for threads that are not workers (the common case for
  * pthread programs). Only for use at the start of a lock call: a worker's ULT may move to another
@@ -109,7 +107,6 @@ static inline int lk_tid(void)
 	int t = lk_tid_cache;
 	return lk_likely(t != 0) ? t : lk_tid_slow();
 }
-uint64_t pvrt_thread_id(struct pvrt_ult *t);
 static inline int lk_self_id(struct pvrt_ult *u)
 {
 	if (lk_likely(!u))

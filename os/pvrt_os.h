@@ -29,7 +29,7 @@
 /* ---- futex (private, i.e. process-local words) ---- */
 
 static inline int os_futex(uint32_t *addr, int op, uint32_t val, const struct timespec *ts,
-				uint32_t val3)
+			   uint32_t val3)
 {
 	int saved = errno;
 	long r = syscall(SYS_futex, addr, op | FUTEX_PRIVATE_FLAG, val, ts, NULL, val3);
@@ -48,7 +48,7 @@ static inline int os_futex_wait(uint32_t *addr, uint32_t val, const struct times
 /* Sleep while *addr == val, until the absolute time 'abs' on clk (CLOCK_MONOTONIC or
  * CLOCK_REALTIME; NULL: no limit). Results as os_futex_wait; -EINVAL for a bad 'abs'. */
 static inline int os_futex_wait_abs(uint32_t *addr, uint32_t val, clockid_t clk,
-					 const struct timespec *abs)
+				    const struct timespec *abs)
 {
 	int op = FUTEX_WAIT_BITSET | (clk == CLOCK_REALTIME ? FUTEX_CLOCK_REALTIME : 0);
 	return os_futex(addr, op, val, abs, FUTEX_BITSET_MATCH_ANY);

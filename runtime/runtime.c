@@ -470,9 +470,6 @@ static void *worker_main(void *arg)
 
 /* ---------------------------------------------------------------- init / finalize */
 
-struct pvrt_ult *pvrt_primary_alloc(void) PVRT_HIDDEN;
-void pvrt_sched_view_init(struct pvrt_sched_view *v) PVRT_HIDDEN;
-
 static void free_workers(unsigned n)
 {
 	for (unsigned i = 0; i < n; i++) {

@@ -382,7 +382,6 @@ static unsigned view_queued(const struct pvrt_sched_view *v, unsigned w)
 	return (unsigned)(t - h) + __atomic_load_n(&x->inj.n, __ATOMIC_RELAXED);
 }
 
-void pvrt_sched_view_init(struct pvrt_sched_view *v) PVRT_HIDDEN;
 void pvrt_sched_view_init(struct pvrt_sched_view *v)
 {
 	v->nworkers = pvrt_rt.nw;
@@ -729,7 +728,6 @@ void pvrt_ult_init_primary(struct pvrt_ult *u)
 	pvrt_san_fiber_current(&u->ctx.san);
 }
 
-struct pvrt_ult *pvrt_primary_alloc(void) PVRT_HIDDEN;
 struct pvrt_ult *pvrt_primary_alloc(void)
 {
 	return desc_get(NULL);

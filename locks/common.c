@@ -151,7 +151,7 @@ int lk_park(uint32_t *addr, uint32_t val, clockid_t clk, const struct timespec *
 	    enum pvrt_lock_class cls)
 {
 	pvhint_t *told = lk_park_begin(cls);
-	int r = pvrt_futex_wait(addr, val, clk, abstime);
+	int r = rt_futex_wait(addr, val, clk, abstime);
 	lk_park_end(told);
 	return r;
 }

@@ -37,7 +37,7 @@
  * queue, passes on a signal the waiter already consumed, and locks the mutex
  * again before the application's cleanup handlers run, as POSIX requires.
  * Such a node is marked 'kernel' so that its signaller wakes the kernel futex
- * rather than pvrt_futex.
+ * rather than rt_futex.
  */
 #define _GNU_SOURCE
 #include <pvrt/cond.h>
@@ -262,7 +262,7 @@ int lk_cond_wait(pvrt_cond_t *c, void *m, lk_mutex_op unlock, lk_mutex_op lock, 
 {
 	if (abs && !os_timespec_valid(abs))
 		return -EINVAL;
-	/* A ULT blocks through pvrt_futex (it switches away); cancellation is for threads. */
+	/* A ULT blocks through rt_futex (it switches away); cancellation is for threads. */
 	bool kernel = cancellable && !lk_self_ult();
 	struct pvrt_ult *self = lk_self_ult();
 	/* A ULT's vCPU is where the scheduler puts it when readied: unknown here. */
@@ -338,16 +338,16 @@ int pvrt_cond_clockwait(pvrt_cond_t *c, pvrt_mutex_t *m, clockid_t clk,
 /*
  * Which waiter a signal takes (under the queue lock; the queue is not empty). POSIX lets it be
  * any; it is the one that will run soonest by the hints, with bounded skips, as for
- * pvrt_futex_wake_hinted (struct pvrt_wake_pick).
+ * rt_futex_wake_hinted (struct rt_wake_pick).
  */
 static struct pvrt_cond_node *pick(pvrt_cond_t *c, const pvhint_t *h)
 {
 	if (!(h->valid & (PVHINT_VALID_PREEMPTED | PVHINT_VALID_IS_IDLE)))
 		return c->head;
-	struct pvrt_wake_pick p;
-	pvrt_wake_pick_init(&p);
+	struct rt_wake_pick p;
+	rt_wake_pick_init(&p);
 	for (struct pvrt_cond_node *n = c->head; n; n = n->next)
-		if (!pvrt_wake_pick_offer(&p, h, n, n->vcpu1, n->skipped))
+		if (!rt_wake_pick_offer(&p, h, n, n->vcpu1, n->skipped))
 			break;
 	struct pvrt_cond_node *best = p.best;
 	for (struct pvrt_cond_node *n = c->head; n != best; n = n->next)

@@ -57,12 +57,12 @@ static inline void lk_backoff(unsigned *b)
 
 /* ---- the runtime (wait.h) ---- */
 
-/* pvrt_ult_current() without a call for threads that are not workers (the common case for
+/* rt_ult_current() without a call for threads that are not workers (the common case for
  * pthread programs). Only for use at the start of a lock call: a worker's ULT may move to another
  * worker at any switch, so the test must not be reused after one. */
 static inline struct pvrt_ult *lk_self_ult(void)
 {
-	return __builtin_expect(pvrt_tls_worker == NULL, 1) ? NULL : pvrt_ult_current();
+	return __builtin_expect(rt_tls_worker == NULL, 1) ? NULL : rt_ult_current();
 }
 /* ---- hints ---- */
 extern pvhint_t *lk_hints_ptr;
@@ -82,12 +82,12 @@ static inline bool lk_vcpu1_preempted(pvhint_t *h, uint32_t v1)
 	return v1 != 0 && pvhint_vcpu_preempted(h, v1 - 1);
 }
 
-/* The caller's vCPU + 1, for owner records. u: the caller's ULT (pvrt_ult_current()) or NULL.
+/* The caller's vCPU + 1, for owner records. u: the caller's ULT (rt_ult_current()) or NULL.
  * A ULT reports its worker's vCPU, read through a call because a ULT may have moved to another
  * worker (and thread pointer) since the caller last read thread-local data. */
 static inline uint32_t lk_self_vcpu1(struct pvrt_ult *u)
 {
-	int v = u ? pvrt_worker_vcpu() : pvhint_tls_vcpu;
+	int v = u ? rt_worker_vcpu() : pvhint_tls_vcpu;
 	if (v < 0)
 		v = pvhint_cpu_now();
 	return (uint32_t)v + 1;
@@ -117,14 +117,14 @@ static inline int lk_self_id(struct pvrt_ult *u)
 /* ---- parking ---- */
 
 /*
- * Park on addr while *addr == val (pvrt_futex_wait semantics), telling the
+ * Park on addr while *addr == val (rt_futex_wait semantics), telling the
  * hint source that this thread blocks so an emulated vCPU whose threads all
- * sleep counts as halted. Returns pvrt_futex_wait's result.
+ * sleep counts as halted. Returns rt_futex_wait's result.
  */
 int lk_park(uint32_t *addr, uint32_t val, clockid_t clk, const struct timespec *abstime,
 	    enum pvrt_lock_class cls);
 
-/* lk_park in two halves, for waits that do not go through pvrt_futex_wait (the cancellable
+/* lk_park in two halves, for waits that do not go through rt_futex_wait (the cancellable
  * condvar wait): begin counts the park and tells the hint source (returns whether it told);
  * end takes begin's result (the handle told, or NULL). */
 pvhint_t *lk_park_begin(enum pvrt_lock_class cls);
@@ -132,17 +132,17 @@ void lk_park_end(pvhint_t *told);
 
 static inline int lk_wake(uint32_t *addr, int n)
 {
-	return pvrt_futex_wake(addr, n);
+	return rt_futex_wake(addr, n);
 }
 
-/* Wake one waiter, preferring one whose vCPU will run soon (see pvrt_futex_wake_hinted). */
+/* Wake one waiter, preferring one whose vCPU will run soon (see rt_futex_wake_hinted). */
 static inline int lk_wake_one(uint32_t *addr)
 {
-	return pvrt_futex_wake_hinted(addr, lk_hints());
+	return rt_futex_wake_hinted(addr, lk_hints());
 }
 
 /* A small internal lock for short queue manipulations: the OS layer's three-state lock, its
- * sleepers parked through pvrt_futex (a ULT switches away instead of blocking its worker). */
+ * sleepers parked through rt_futex (a ULT switches away instead of blocking its worker). */
 void lk_ilock_slow(uint32_t *w);
 static inline void lk_ilock(uint32_t *w)
 {

@@ -10,7 +10,7 @@
  *            that has parked once acquires with WAITERS set, because it cannot
  *            know whether others still sleep (Drepper's "mutex 3").
  *   unlock:  CAS LOCKED -> 0; else clear LOCKED (and WAITERS) and wake one,
- *            preferring a waiter whose vCPU will run soon (pvrt_futex_wake_hinted).
+ *            preferring a waiter whose vCPU will run soon (rt_futex_wake_hinted).
  *
  * hand-off: a waiter that has waited LK_STARVE_NS since it first parked
  *   registers in 'handoff' (CAS 0 -> its tid; one target at a time), sets
@@ -248,9 +248,9 @@ static bool spin_acquire(pvrt_mutex_t *m, uint32_t extra, struct pvrt_ult *self)
 				 * are away. */
 				struct pvrt_ult *ou =
 				    __atomic_load_n(&m->owner_ult, __ATOMIC_RELAXED);
-				if (ou && pvrt_ult_can_yield_to(ou)) {
+				if (ou && rt_ult_can_yield_to(ou)) {
 					lk_spinq_unlock(&m->spinq, node);
-					if (pvrt_ult_try_yield_to(ou)) {
+					if (rt_ult_try_yield_to(ou)) {
 						lk_stat(C, LK_SPIN_CUT);
 						moved = true;
 					}

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * pvrt_futex: kernel-futex semantics for ULTs and threads alike (see futex.h).
+ * rt_futex: kernel-futex semantics for ULTs and threads alike (see futex.h).
  *
  * Waiters queue in one of PVRT_FUTEX_BUCKETS hash buckets keyed by address; the waiter record
  * lives on the waiter's own stack (a blocked ULT's stack stays put, so no allocation). Each
@@ -8,7 +8,7 @@
  *
  * No lost wake-ups. A waiter takes the bucket lock, compares *addr with 'expected' and queues
  * itself while holding the lock; a waker first changes *addr (its own business, before calling
- * pvrt_futex_wake), then takes the lock to dequeue waiters. Either the waker's lock section
+ * rt_futex_wake), then takes the lock to dequeue waiters. Either the waker's lock section
  * comes first, so its store to *addr happened before our comparison and we return -EAGAIN, or
  * ours does, so the waker finds us queued. A ULT keeps holding the bucket lock until it has
  * switched away (the lock is released by the next context as the switch's post action), so a
@@ -39,7 +39,7 @@ struct waiter {
 	uint32_t word;	      /* thread waiters: 0 waiting, 1 woken */
 	int result;	      /* ULT waiters: 0, or -ETIMEDOUT set by the timer */
 	uint32_t vcpu1;	      /* thread waiters: the vCPU + 1 it waited on; 0 unknown */
-	uint8_t skipped;      /* times pvrt_futex_wake_hinted passed it over */
+	uint8_t skipped;      /* times rt_futex_wake_hinted passed it over */
 	bool queued;	      /* under the bucket lock */
 	struct pvrt_timer timer;
 };
@@ -159,7 +159,7 @@ static int ult_wait(struct pvrt_ult *self, uint32_t *addr, uint32_t expected, cl
 		/* Added on our worker, which cannot run its timers before we have switched away.
 		 * Out of memory for the timer: return as a spurious wake-up (the caller re-checks
 		 * and waits again until the deadline passes) rather than block with no timeout. */
-		if (pvrt_timer_add(pvrt_tls_worker, &wr.timer))
+		if (pvrt_timer_add(rt_tls_worker, &wr.timer))
 			return 0;
 	}
 	pvrt_lock_acquire(&b->lock);
@@ -215,8 +215,7 @@ static int thread_wait(uint32_t *addr, uint32_t expected, clockid_t clk,
 	}
 }
 
-int pvrt_futex_wait(uint32_t *addr, uint32_t expected, clockid_t clk,
-		    const struct timespec *abstime)
+int rt_futex_wait(uint32_t *addr, uint32_t expected, clockid_t clk, const struct timespec *abstime)
 {
 	if (clk != CLOCK_REALTIME && clk != CLOCK_MONOTONIC)
 		return -EINVAL;
@@ -225,7 +224,7 @@ int pvrt_futex_wait(uint32_t *addr, uint32_t expected, clockid_t clk,
 	/* Before every epoch: already passed (POSIX; the kernel would say EINVAL). */
 	if (abstime && os_timespec_past(abstime))
 		return __atomic_load_n(addr, __ATOMIC_RELAXED) != expected ? -EAGAIN : -ETIMEDOUT;
-	struct pvrt_ult *self = pvrt_ult_current();
+	struct pvrt_ult *self = rt_ult_current();
 	if (self)
 		return ult_wait(self, addr, expected, clk, abstime);
 	return thread_wait(addr, expected, clk, abstime);
@@ -247,7 +246,7 @@ static void wake_one(struct waiter *wr)
 	}
 }
 
-int pvrt_futex_wake(uint32_t *addr, int n)
+int rt_futex_wake(uint32_t *addr, int n)
 {
 	if (n <= 0)
 		return 0;
@@ -274,16 +273,16 @@ int pvrt_futex_wake(uint32_t *addr, int n)
 	return cnt;
 }
 
-int pvrt_futex_wake_hinted(uint32_t *addr, const pvhint_t *h)
+int rt_futex_wake_hinted(uint32_t *addr, const pvhint_t *h)
 {
 	if (!(h->valid & (PVHINT_VALID_PREEMPTED | PVHINT_VALID_IS_IDLE)))
-		return pvrt_futex_wake(addr, 1); /* nothing to choose by */
+		return rt_futex_wake(addr, 1); /* nothing to choose by */
 	struct bucket *b = bucket_of(addr);
-	struct pvrt_wake_pick pick;
-	pvrt_wake_pick_init(&pick);
+	struct rt_wake_pick pick;
+	rt_wake_pick_init(&pick);
 	pvrt_lock_acquire(&b->lock);
 	for (struct waiter *wr = b->first; wr; wr = wr->next)
-		if (wr->addr == addr && !pvrt_wake_pick_offer(&pick, h, wr, wr->vcpu1, wr->skipped))
+		if (wr->addr == addr && !rt_wake_pick_offer(&pick, h, wr, wr->vcpu1, wr->skipped))
 			break;
 	struct waiter *best = pick.best;
 	if (best) {
@@ -300,7 +299,7 @@ int pvrt_futex_wake_hinted(uint32_t *addr, const pvhint_t *h)
 	return 1;
 }
 
-int pvrt_futex_nr_waiters(const uint32_t *addr)
+int rt_futex_nr_waiters(const uint32_t *addr)
 {
 	struct bucket *b = bucket_of(addr);
 	int n = 0;

@@ -255,7 +255,7 @@ static size_t put(char *p, const char *s)
 
 static void segv_handler(int sig, siginfo_t *si, void *uc)
 {
-	struct pvrt_worker *w = pvrt_tls_worker;
+	struct pvrt_worker *w = rt_tls_worker;
 	struct pvrt_ult *u = w ? w->cur : NULL;
 	uintptr_t a = (uintptr_t)si->si_addr;
 	if (u && u->stack) {
@@ -443,7 +443,7 @@ static void sched_entry(void *arg)
 static void *worker_main(void *arg)
 {
 	struct pvrt_worker *w = arg;
-	pvrt_tls_worker = w;
+	rt_tls_worker = w;
 	stack_t old;
 	altstack_on(w, &old);
 	if (pvrt_rt.emu)
@@ -464,7 +464,7 @@ static void *worker_main(void *arg)
 	if (pvrt_rt.emu)
 		pvhint_emu_detach(pvrt_rt.hint);
 	altstack_off(w, &old);
-	pvrt_tls_worker = NULL;
+	rt_tls_worker = NULL;
 	return NULL;
 }
 
@@ -512,7 +512,7 @@ static void teardown_primary(void)
 	if (sched0_stack)
 		pvrt_stack_free(sched0_stack, SCHED_STACK, sched0_vg);
 	sched0_stack = NULL;
-	pvrt_tls_worker = NULL;
+	rt_tls_worker = NULL;
 }
 
 int pvrt_init(const struct pvrt_config *c)
@@ -602,7 +602,7 @@ int pvrt_init(const struct pvrt_config *c)
 	}
 	if (pvrt_rt.emu)
 		pvhint_emu_attach(h, w0->vcpu);
-	pvrt_tls_worker = w0;
+	rt_tls_worker = w0;
 	/* Release: workers and creators that see 'running' see the whole runtime. */
 	__atomic_store_n(&pvrt_rt.running, 1, __ATOMIC_RELEASE);
 
@@ -637,7 +637,7 @@ int pvrt_finalize(void)
 {
 	if (!__atomic_load_n(&pvrt_rt.running, __ATOMIC_ACQUIRE))
 		return pvrt_fail(-ENXIO, "pvrt_finalize: the runtime is not running");
-	if (pvrt_ult_current() != pvrt_rt.primary)
+	if (rt_ult_current() != pvrt_rt.primary)
 		return pvrt_fail(-EPERM, "pvrt_finalize: only the primary ULT (the thread that "
 					 "called pvrt_init) may finalize");
 	/* Wait for every other ULT; ult_exit wakes us when the count drops to 0. Then the
@@ -646,7 +646,7 @@ int pvrt_finalize(void)
 	for (;;) {
 		uint32_t n = __atomic_load_n(&pvrt_rt.nlive, __ATOMIC_ACQUIRE);
 		if (n) {
-			pvrt_futex_wait(&pvrt_rt.nlive, n, CLOCK_MONOTONIC, NULL);
+			rt_futex_wait(&pvrt_rt.nlive, n, CLOCK_MONOTONIC, NULL);
 			continue;
 		}
 		if (!pvrt_rt.primary->keys)
@@ -673,7 +673,7 @@ unsigned pvrt_nworkers(void)
 
 int pvrt_worker_self(void)
 {
-	struct pvrt_worker *w = pvrt_tls_worker;
+	struct pvrt_worker *w = rt_tls_worker;
 	return w ? (int)w->idx : -1;
 }
 

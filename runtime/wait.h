@@ -25,17 +25,17 @@ struct pvrt_worker; /* opaque outside runtime/ */
 /* The worker of the calling kernel thread; NULL in threads that are not workers (initial-exec
  * TLS, hidden in libpvrt and the preload). A ULT may move to another worker at every switch:
  * read it again after one (see pvrt_worker_cur in internal.h). */
-extern __thread struct pvrt_worker *pvrt_tls_worker __attribute__((tls_model("initial-exec")))
+extern __thread struct pvrt_worker *rt_tls_worker __attribute__((tls_model("initial-exec")))
 PVRT_HIDDEN;
 
 /* The calling ULT, NULL in threads that are not ULTs. */
-struct pvrt_ult *pvrt_ult_current(void) PVRT_HIDDEN;
+struct pvrt_ult *rt_ult_current(void) PVRT_HIDDEN;
 /* If u is ready in a ring, run it now and queue the caller as ready; true if it switched. */
-bool pvrt_ult_try_yield_to(struct pvrt_ult *u) PVRT_HIDDEN;
-/* Could pvrt_ult_try_yield_to(u) switch to u now (it is ready and may run on the caller's
+bool rt_ult_try_yield_to(struct pvrt_ult *u) PVRT_HIDDEN;
+/* Could rt_ult_try_yield_to(u) switch to u now (it is ready and may run on the caller's
  * worker)? A racy answer: a true may still be followed by a failed yield. */
-bool pvrt_ult_can_yield_to(const struct pvrt_ult *u) PVRT_HIDDEN;
+bool rt_ult_can_yield_to(const struct pvrt_ult *u) PVRT_HIDDEN;
 /* The vCPU of the calling worker (for hints), else the CPU the thread runs on. */
-int pvrt_worker_vcpu(void) PVRT_HIDDEN;
+int rt_worker_vcpu(void) PVRT_HIDDEN;
 
 #endif /* PVRT_RUNTIME_WAIT_H */

@@ -126,7 +126,7 @@ static inline int pvhint_self_vcpu(void)
  * whose attached threads are parked as halted: not preempted, and its pCPU may be idle. A wait
  * bracketed by these two is never interrupted by the emulator's stop signal (no EINTR, even for
  * a timed futex wait), and unpark() returns only once the thread's vCPU runs. The runtime's
- * kernel waits (pvrt_futex_wait) should be bracketed this way. Cheap no-ops for other sources
+ * kernel waits (pvrt's futex waits) should be bracketed this way. Cheap no-ops for other sources
  * and for threads not attached to h. Must be paired on the same thread. */
 PVRT_API void pvhint_thread_park(pvhint_t *h);
 PVRT_API void pvhint_thread_unpark(pvhint_t *h);

@@ -15,15 +15,14 @@
 PVRT_BEGIN_DECLS
 
 /* Kept equal to project(VERSION) of CMakeLists.txt (checked at configure time). */
-#define PVRT_VERSION_MAJOR 0
-#define PVRT_VERSION_MINOR 1
-#define PVRT_VERSION_PATCH 0
+#define PVRT_VERSION_MAJOR  0
+#define PVRT_VERSION_MINOR  1
+#define PVRT_VERSION_PATCH  0
 #define PVRT_VERSION_STRING "0.1.0"
 
 /* One number, comparable: (major << 16) | (minor << 8) | patch. */
 #define PVRT_VERSION_ENCODE(major, minor, patch) (((major) << 16) | ((minor) << 8) | (patch))
-#define PVRT_VERSION                                                                               \
-	PVRT_VERSION_ENCODE(PVRT_VERSION_MAJOR, PVRT_VERSION_MINOR, PVRT_VERSION_PATCH)
+#define PVRT_VERSION				 PVRT_VERSION_ENCODE(PVRT_VERSION_MAJOR, PVRT_VERSION_MINOR, PVRT_VERSION_PATCH)
 
 /* The version of the libpvrt in use, as PVRT_VERSION: compare it with the headers' to detect a
  * program running against another library than it was built with.

@@ -1,0 +1,34 @@
+/* SPDX-License-Identifier: MIT */
+/* Public constants and the version: what a program built against the headers relies on. */
+#include "check.h"
+
+#include <pvrt/barrier.h>
+#include <pvrt/version.h>
+
+#include <stdio.h>
+#include <string.h>
+
+/* Linux error numbers are below 4096 (MAX_ERRNO): a result in [-4095, -1] is an errno. */
+#define MAX_ERRNO 4095
+
+int main(void)
+{
+	/* The library in use says the version of the headers it was built with. */
+	CHECK_EQ(pvrt_version(), PVRT_VERSION);
+	CHECK_EQ(PVRT_VERSION,
+		 (PVRT_VERSION_MAJOR << 16) | (PVRT_VERSION_MINOR << 8) | PVRT_VERSION_PATCH);
+	char s[32];
+	snprintf(s, sizeof s, "%d.%d.%d", PVRT_VERSION_MAJOR, PVRT_VERSION_MINOR,
+		 PVRT_VERSION_PATCH);
+	CHECK(!strcmp(s, PVRT_VERSION_STRING));
+
+	/* The serial thread's result is neither 0 (the others) nor any errno. */
+	CHECK(PVRT_BARRIER_SERIAL_THREAD != 0);
+	CHECK(PVRT_BARRIER_SERIAL_THREAD > 0 || PVRT_BARRIER_SERIAL_THREAD < -MAX_ERRNO);
+	pvrt_barrier_t b;
+	CHECK_EQ(pvrt_barrier_init(&b, 1), 0);
+	for (int i = 0; i < 3; i++) /* a round of one: always the serial thread */
+		CHECK_EQ(pvrt_barrier_wait(&b), PVRT_BARRIER_SERIAL_THREAD);
+	CHECK_EQ(pvrt_barrier_destroy(&b), 0);
+	return 0;
+}

@@ -21,7 +21,9 @@
 #include <errno.h>
 #include <linux/futex.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -107,6 +109,27 @@ static inline void os_cpu_relax(void)
 #elif defined(__aarch64__)
 	__asm__ volatile("yield");
 #endif
+}
+
+/* ---- sized structs of the public API (include/pvrt/version.h) ----
+ * A struct the program passes in or out carries its size as the program was compiled; fields are
+ * only appended, so the common prefix is what both sides know. */
+
+/* In: dst (dst_size bytes) gets the first 'size' bytes of the program's src; the rest is 0. */
+static inline void os_sized_in(void *dst, size_t dst_size, const void *src, size_t size)
+{
+	memset(dst, 0, dst_size);
+	memcpy(dst, src, size < dst_size ? size : dst_size);
+}
+
+/* Out: the program's dst ('size' bytes) gets the common prefix of src (src_size bytes), zeros
+ * past it; returns the bytes filled from src. */
+static inline size_t os_sized_out(void *dst, size_t size, const void *src, size_t src_size)
+{
+	size_t n = size < src_size ? size : src_size;
+	memcpy(dst, src, n);
+	memset((char *)dst + n, 0, size - n);
+	return n;
 }
 
 /* ---- the three-state lock (Drepper, "Futexes are tricky") ----

@@ -42,12 +42,6 @@ const char *pvrt_errmsg(void)
 	return errmsg;
 }
 
-void pvrt_config_init(struct pvrt_config *c)
-{
-	if (c)
-		memset(c, 0, sizeof(*c));
-}
-
 /* ---------------------------------------------------------------- configuration */
 
 static int parse_u64(const char *s, uint64_t *out, bool suffixes)
@@ -132,8 +126,13 @@ static int configure(const struct pvrt_config *c, struct settings *s)
 	struct pvrt_config z;
 	if (!c) {
 		pvrt_config_init(&z);
-		c = &z;
+	} else {
+		if (c->size < sizeof(c->size))
+			return pvrt_fail(-EINVAL, "pvrt_init: config not initialised "
+						  "(pvrt_config_init or PVRT_CONFIG_INIT)");
+		os_sized_in(&z, sizeof(z), c, c->size); /* fields past the program's: default */
 	}
+	c = &z;
 	cpu_set_t mask, want;
 	if (sched_getaffinity(0, sizeof(mask), &mask))
 		return pvrt_fail(-errno, "pvrt_init: cannot read the affinity mask");
@@ -677,14 +676,15 @@ int pvrt_worker_self(void)
 	return w ? (int)w->idx : -1;
 }
 
-int pvrt_stats_get(struct pvrt_stats *s)
+int pvrt_stats_read(struct pvrt_stats *out, size_t size)
 {
-	if (!s)
-		return pvrt_fail(-EINVAL, "pvrt_stats_get: NULL");
-	memset(s, 0, sizeof(*s));
+	if (!out || size < offsetof(struct pvrt_stats, ults_created))
+		return pvrt_fail(-EINVAL, "pvrt_stats_read: NULL or size below the header");
+	struct pvrt_stats st = {0}, *s = &st;
+	int r = 0;
 	if (!__atomic_load_n(&pvrt_rt.running, __ATOMIC_ACQUIRE))
-		return pvrt_fail(-ENXIO, "pvrt_stats_get: the runtime is not running");
-	for (unsigned i = 0; i < pvrt_rt.nw; i++) {
+		r = pvrt_fail(-ENXIO, "pvrt_stats_read: the runtime is not running");
+	for (unsigned i = 0; !r && i < pvrt_rt.nw; i++) {
 		struct pvrt_worker *w = pvrt_rt.w[i];
 #define LD(f) __atomic_load_n(&w->f, __ATOMIC_RELAXED)
 		s->ults_created += LD(st_created);
@@ -698,5 +698,6 @@ int pvrt_stats_get(struct pvrt_stats *s)
 		s->timer_fires += LD(st_timer_fires);
 #undef LD
 	}
-	return 0;
+	out->size = (uint32_t)os_sized_out(out, size, s, sizeof(*s));
+	return r;
 }

@@ -733,15 +733,6 @@ struct pvrt_ult *pvrt_primary_alloc(void)
 	return desc_get(NULL);
 }
 
-void pvrt_thread_attr_init(pvrt_thread_attr_t *a)
-{
-	if (!a)
-		return;
-	a->stack_size = 0;
-	a->detached = 0;
-	a->worker = -1;
-}
-
 int pvrt_thread_create(pvrt_thread_t *out, const pvrt_thread_attr_t *attr, void *(*fn)(void *),
 		       void *arg)
 {
@@ -751,7 +742,17 @@ int pvrt_thread_create(pvrt_thread_t *out, const pvrt_thread_attr_t *attr, void 
 		return pvrt_fail(-ENXIO, "pvrt_thread_create: the runtime is not running");
 	size_t len = pvrt_rt.stack_size;
 	int detached = 0, bound = -1;
+	pvrt_thread_attr_t a;
 	if (attr) {
+		if (attr->size < sizeof(attr->size))
+			return pvrt_fail(-EINVAL,
+					 "pvrt_thread_create: attr not initialised "
+					 "(pvrt_thread_attr_init or PVRT_THREAD_ATTR_INIT)");
+		if (attr->size < sizeof(a)) { /* fields past the program's: default */
+			pvrt_thread_attr_init(&a);
+			memcpy(&a, attr, attr->size);
+			attr = &a;
+		}
 		if (attr->stack_size) {
 			if (attr->stack_size < PVRT_STACK_MIN || attr->stack_size > PVRT_STACK_MAX)
 				return pvrt_fail(-EINVAL,

@@ -18,16 +18,35 @@ PVRT_BEGIN_DECLS
 
 typedef struct pvrt_ult *pvrt_thread_t;
 
+/*
+ * Attributes of a new ULT. 'size' is the struct's size as the program was compiled
+ * (pvrt_thread_attr_init sets it): fields are only ever appended (per-ULT settings of M:N mode
+ * will be), each new one with 0 meaning the behaviour before it existed, and a library newer than
+ * the program takes the default for fields past 'size'.
+ */
 typedef struct pvrt_thread_attr {
-	size_t stack_size; /* 0: the runtime default (64 KiB unless configured) */
+	uint32_t size;	   /* sizeof(pvrt_thread_attr_t); 0 (not initialised): -EINVAL */
 	int detached;	   /* 1: no join; resources go when it exits */
+	size_t stack_size; /* 0: the runtime default (64 KiB unless configured) */
 	int worker;	   /* -1: any worker; else bound to this worker */
 } pvrt_thread_attr_t;
+
+/* Defaults: joinable, default stack, any worker (C and C++). */
+#define PVRT_THREAD_ATTR_INIT                                                                      \
+	{                                                                                          \
+		sizeof(pvrt_thread_attr_t), 0, 0, -1                                               \
+	}
 
 #define PVRT_STACK_MIN (16u * 1024)
 #define PVRT_STACK_MAX ((size_t)1 << 30)
 
-PVRT_API void pvrt_thread_attr_init(pvrt_thread_attr_t *a);
+/* Set a to PVRT_THREAD_ATTR_INIT. Inline: the size is the program's.
+ * Context: any (ULT, foreign thread, signal handler, fork child). */
+static inline void pvrt_thread_attr_init(pvrt_thread_attr_t *a)
+{
+	const pvrt_thread_attr_t z = PVRT_THREAD_ATTR_INIT;
+	*a = z;
+}
 
 /*
  * Create a ULT running fn(arg). 'out' may be NULL only for detached ULTs. -EINVAL for bad

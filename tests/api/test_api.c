@@ -3,8 +3,11 @@
 #include "check.h"
 
 #include <pvrt/barrier.h>
+#include <pvrt/lockstat.h>
 #include <pvrt/version.h>
 
+#include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -25,10 +28,25 @@ int main(void)
 	/* The serial thread's result is neither 0 (the others) nor any errno. */
 	CHECK(PVRT_BARRIER_SERIAL_THREAD != 0);
 	CHECK(PVRT_BARRIER_SERIAL_THREAD > 0 || PVRT_BARRIER_SERIAL_THREAD < -MAX_ERRNO);
+	pvrt_locks_stats_enable(true);
 	pvrt_barrier_t b;
 	CHECK_EQ(pvrt_barrier_init(&b, 1), 0);
 	for (int i = 0; i < 3; i++) /* a round of one: always the serial thread */
 		CHECK_EQ(pvrt_barrier_wait(&b), PVRT_BARRIER_SERIAL_THREAD);
 	CHECK_EQ(pvrt_barrier_destroy(&b), 0);
+
+	/* A sized out-struct: written no further than the program's size, which it reports. */
+	struct pvrt_lock_stats ls;
+	memset(&ls, 0xab, sizeof(ls));
+	CHECK_EQ(pvrt_locks_stats_read(PVRT_LOCK_BARRIER, &ls, 4), -EINVAL);
+	size_t part = offsetof(struct pvrt_lock_stats, contended); /* up to acquisitions */
+	CHECK_EQ(pvrt_locks_stats_read(PVRT_LOCK_BARRIER, &ls, part), 0);
+	CHECK_EQ(ls.size, part);
+	CHECK_EQ(ls.flags, 0);
+	CHECK_EQ(ls.acquisitions, 3);
+	CHECK_EQ(ls.contended, 0xababababababababull);
+	CHECK_EQ(pvrt_locks_stats_get(PVRT_LOCK_BARRIER, &ls), 0);
+	CHECK_EQ(ls.size, sizeof(ls));
+	CHECK_EQ(ls.contended, 0);
 	return 0;
 }

@@ -27,6 +27,7 @@
 #include <pvrt/mutex.h>
 
 #include <stdint.h>
+#include <sys/types.h> /* clockid_t, also under strict ISO C */
 #include <time.h>
 
 PVRT_BEGIN_DECLS
@@ -42,10 +43,7 @@ typedef struct pvrt_cond {
 	uint32_t pad2[2];
 } pvrt_cond_t;
 
-#define PVRT_COND_INITIALIZER                                                                      \
-	{                                                                                          \
-		0                                                                                  \
-	}
+#define PVRT_COND_INITIALIZER PVRT_ZERO_INITIALIZER
 
 /* clk: CLOCK_REALTIME or CLOCK_MONOTONIC (used by pvrt_cond_timedwait); -EINVAL otherwise. */
 PVRT_API int pvrt_cond_init(pvrt_cond_t *c, clockid_t clk);

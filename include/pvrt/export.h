@@ -17,4 +17,16 @@
 #define PVRT_END_DECLS
 #endif
 
+/* A static initialiser of all zeros, for C ({0}) and C++ ({}: no missing-field warning). */
+#ifdef __cplusplus
+#define PVRT_ZERO_INITIALIZER                                                                      \
+	{                                                                                          \
+	}
+#else
+#define PVRT_ZERO_INITIALIZER                                                                      \
+	{                                                                                          \
+		0                                                                                  \
+	}
+#endif
+
 #endif /* PVRT_EXPORT_H */

@@ -21,6 +21,7 @@
 #include <pvrt/export.h>
 
 #include <stdint.h>
+#include <sys/types.h> /* clockid_t, also under strict ISO C */
 #include <time.h>
 
 PVRT_BEGIN_DECLS
@@ -52,17 +53,15 @@ typedef struct pvrt_mutex {
 #define PVRT_MUTEX_WAITERS 2u /* someone may be parked on 'word' */
 #define PVRT_MUTEX_HANDOFF 4u /* a starving waiter asked for the lock to be handed to it */
 
-#define PVRT_MUTEX_INITIALIZER                                                                     \
-	{                                                                                          \
-		0                                                                                  \
-	}
+/* Static initialisers (C and C++17: positional, every field, as -Wextra wants). */
+#define PVRT_MUTEX_INITIALIZER PVRT_ZERO_INITIALIZER
 #define PVRT_RECURSIVE_MUTEX_INITIALIZER                                                           \
 	{                                                                                          \
-		.kind = PVRT_MUTEX_RECURSIVE                                                       \
+		0, 0, 0, 0, 0, PVRT_MUTEX_RECURSIVE, 0, 0, 0                                       \
 	}
 #define PVRT_ERRORCHECK_MUTEX_INITIALIZER                                                          \
 	{                                                                                          \
-		.kind = PVRT_MUTEX_ERRORCHECK                                                      \
+		0, 0, 0, 0, 0, PVRT_MUTEX_ERRORCHECK, 0, 0, 0                                      \
 	}
 
 /* type: PVRT_MUTEX_*; -EINVAL otherwise. */

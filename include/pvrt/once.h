@@ -12,10 +12,7 @@ PVRT_BEGIN_DECLS
 typedef struct pvrt_once {
 	uint32_t state; /* 0 not run, 1 running, 2 running with waiters, 3 done */
 } pvrt_once_t;
-#define PVRT_ONCE_INIT                                                                             \
-	{                                                                                          \
-		0                                                                                  \
-	}
+#define PVRT_ONCE_INIT PVRT_ZERO_INITIALIZER
 
 PVRT_API int pvrt_once(pvrt_once_t *o, void (*fn)(void));
 

@@ -14,6 +14,7 @@
 #include <pvrt/export.h>
 
 #include <stdint.h>
+#include <sys/types.h> /* clockid_t, also under strict ISO C */
 #include <time.h>
 
 PVRT_BEGIN_DECLS
@@ -38,10 +39,7 @@ typedef struct pvrt_rwlock {
 	uint32_t pad2;
 } pvrt_rwlock_t;
 
-#define PVRT_RWLOCK_INITIALIZER                                                                    \
-	{                                                                                          \
-		0                                                                                  \
-	}
+#define PVRT_RWLOCK_INITIALIZER PVRT_ZERO_INITIALIZER
 
 PVRT_API int pvrt_rwlock_init(pvrt_rwlock_t *rw, int preference);
 PVRT_API int pvrt_rwlock_destroy(pvrt_rwlock_t *rw);

@@ -6,6 +6,7 @@
 #include <pvrt/export.h>
 
 #include <stdint.h>
+#include <sys/types.h> /* clockid_t, also under strict ISO C */
 #include <time.h>
 
 PVRT_BEGIN_DECLS

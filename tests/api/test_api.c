@@ -4,6 +4,7 @@
 
 #include <pvrt/barrier.h>
 #include <pvrt/lockstat.h>
+#include <pvrt/mutex.h>
 #include <pvrt/version.h>
 
 #include <errno.h>
@@ -34,6 +35,18 @@ int main(void)
 	for (int i = 0; i < 3; i++) /* a round of one: always the serial thread */
 		CHECK_EQ(pvrt_barrier_wait(&b), PVRT_BARRIER_SERIAL_THREAD);
 	CHECK_EQ(pvrt_barrier_destroy(&b), 0);
+
+	/* The static initialisers are positional (C++17 has no designated ones): right field? */
+	pvrt_mutex_t rm = PVRT_RECURSIVE_MUTEX_INITIALIZER, em = PVRT_ERRORCHECK_MUTEX_INITIALIZER;
+	CHECK_EQ(rm.kind, PVRT_MUTEX_RECURSIVE);
+	CHECK_EQ(em.kind, PVRT_MUTEX_ERRORCHECK);
+	CHECK_EQ(pvrt_mutex_lock(&rm), 0);
+	CHECK_EQ(pvrt_mutex_lock(&rm), 0);
+	CHECK_EQ(pvrt_mutex_unlock(&rm), 0);
+	CHECK_EQ(pvrt_mutex_unlock(&rm), 0);
+	CHECK_EQ(pvrt_mutex_lock(&em), 0);
+	CHECK_EQ(pvrt_mutex_lock(&em), -EDEADLK);
+	CHECK_EQ(pvrt_mutex_unlock(&em), 0);
 
 	/* A sized out-struct: written no further than the program's size, which it reports. */
 	struct pvrt_lock_stats ls;

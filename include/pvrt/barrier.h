@@ -26,12 +26,15 @@ typedef struct pvrt_barrier {
 	uint32_t pad[3];
 } pvrt_barrier_t;
 
-/* count >= 1, else -EINVAL. */
+/* count >= 1, else -EINVAL.
+ * Context: ULT, thread, fork. */
 PVRT_API int pvrt_barrier_init(pvrt_barrier_t *b, unsigned count);
-/* Waits until the threads of the last round have left. */
+/* Waits until the threads of the last round have left.
+ * Context: ULT, thread, fork. */
 PVRT_API int pvrt_barrier_destroy(pvrt_barrier_t *b);
 /* PVRT_BARRIER_SERIAL_THREAD for one thread of the round, 0 for the others, or a negative
- * errno. */
+ * errno.
+ * Context: ULT, thread, fork. */
 PVRT_API int pvrt_barrier_wait(pvrt_barrier_t *b);
 
 PVRT_END_DECLS

@@ -45,17 +45,27 @@ typedef struct pvrt_cond {
 
 #define PVRT_COND_INITIALIZER PVRT_ZERO_INITIALIZER
 
-/* clk: CLOCK_REALTIME or CLOCK_MONOTONIC (used by pvrt_cond_timedwait); -EINVAL otherwise. */
+/* clk: CLOCK_REALTIME or CLOCK_MONOTONIC (used by pvrt_cond_timedwait); -EINVAL otherwise.
+ * Context: ULT, thread, fork. */
 PVRT_API int pvrt_cond_init(pvrt_cond_t *c, clockid_t clk);
-/* -EBUSY while threads wait. */
+/* -EBUSY while threads wait.
+ * Context: ULT, thread, fork. */
 PVRT_API int pvrt_cond_destroy(pvrt_cond_t *c);
+/* Unlock m, wait for a signal or broadcast, lock m again (also after a spurious wake-up).
+ * Context: ULT, thread, fork. */
 PVRT_API int pvrt_cond_wait(pvrt_cond_t *c, pvrt_mutex_t *m);
-/* abstime on the condvar's clock; -ETIMEDOUT, -EINVAL for a bad timespec. */
+/* abstime on the condvar's clock; -ETIMEDOUT, -EINVAL for a bad timespec.
+ * Context: ULT, thread, fork. */
 PVRT_API int pvrt_cond_timedwait(pvrt_cond_t *c, pvrt_mutex_t *m, const struct timespec *abstime);
-/* abstime on clk (CLOCK_REALTIME or CLOCK_MONOTONIC). */
+/* abstime on clk (CLOCK_REALTIME or CLOCK_MONOTONIC).
+ * Context: ULT, thread, fork. */
 PVRT_API int pvrt_cond_clockwait(pvrt_cond_t *c, pvrt_mutex_t *m, clockid_t clk,
 				 const struct timespec *abstime);
+/* Wake one waiter if any (the one that will run soonest; see above).
+ * Context: ULT, thread, fork. */
 PVRT_API int pvrt_cond_signal(pvrt_cond_t *c);
+/* Wake every waiter queued now, one after another (see above).
+ * Context: ULT, thread, fork. */
 PVRT_API int pvrt_cond_broadcast(pvrt_cond_t *c);
 
 PVRT_END_DECLS

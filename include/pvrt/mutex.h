@@ -64,18 +64,24 @@ typedef struct pvrt_mutex {
 		0, 0, 0, 0, 0, PVRT_MUTEX_ERRORCHECK, 0, 0, 0                                      \
 	}
 
-/* type: PVRT_MUTEX_*; -EINVAL otherwise. */
+/* type: PVRT_MUTEX_*; -EINVAL otherwise.
+ * Context: ULT, thread, fork. */
 PVRT_API int pvrt_mutex_init(pvrt_mutex_t *m, int type);
-/* -EBUSY if locked. */
+/* -EBUSY if locked.
+ * Context: ULT, thread, fork. */
 PVRT_API int pvrt_mutex_destroy(pvrt_mutex_t *m);
-/* -EDEADLK (errorcheck relock), -EAGAIN (recursion count overflow). */
+/* -EDEADLK (errorcheck relock), -EAGAIN (recursion count overflow).
+ * Context: ULT, thread, fork. */
 PVRT_API int pvrt_mutex_lock(pvrt_mutex_t *m);
-/* -EBUSY when held (also by the caller, unless recursive). */
+/* -EBUSY when held (also by the caller, unless recursive).
+ * Context: ULT, thread, fork. */
 PVRT_API int pvrt_mutex_trylock(pvrt_mutex_t *m);
 /* Lock before the absolute time abstime on clk (CLOCK_REALTIME or CLOCK_MONOTONIC):
- * -ETIMEDOUT, or -EINVAL for a bad clock or a bad timespec when the call has to wait. */
+ * -ETIMEDOUT, or -EINVAL for a bad clock or a bad timespec when the call has to wait.
+ * Context: ULT, thread, fork. */
 PVRT_API int pvrt_mutex_timedlock(pvrt_mutex_t *m, clockid_t clk, const struct timespec *abstime);
-/* -EPERM when a recursive or errorcheck mutex is not held by the caller. */
+/* -EPERM when a recursive or errorcheck mutex is not held by the caller.
+ * Context: ULT, thread, fork. */
 PVRT_API int pvrt_mutex_unlock(pvrt_mutex_t *m);
 
 PVRT_END_DECLS

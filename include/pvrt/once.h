@@ -14,6 +14,8 @@ typedef struct pvrt_once {
 } pvrt_once_t;
 #define PVRT_ONCE_INIT PVRT_ZERO_INITIALIZER
 
+/* Run fn once for o; every caller returns after it has run. -EINVAL for a NULL fn.
+ * Context: ULT, thread, fork. */
 PVRT_API int pvrt_once(pvrt_once_t *o, void (*fn)(void));
 
 PVRT_END_DECLS

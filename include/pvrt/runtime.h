@@ -58,26 +58,32 @@ struct pvrt_config {
 	}
 
 /* Set c to PVRT_CONFIG_INIT. Inline: the size is the program's.
- * Context: any (ULT, foreign thread, signal handler, fork child). */
+ * Context: any. */
 static inline void pvrt_config_init(struct pvrt_config *c)
 {
 	const struct pvrt_config z = PVRT_CONFIG_INIT;
 	*c = z;
 }
 
-/* Start the runtime (c may be NULL). -EBUSY if already running, -EINVAL for a bad setting. */
+/* Start the runtime (c may be NULL). -EBUSY if already running, -EINVAL for a bad setting.
+ * Context: thread (it becomes the primary ULT); fork only if the parent's runtime was not running.
+ */
 PVRT_API int pvrt_init(const struct pvrt_config *c);
 
-/* Stop it (see above). -EPERM unless called by the primary ULT; -ENXIO if not running. */
+/* Stop it (see above). -EPERM unless called by the primary ULT; -ENXIO if not running.
+ * Context: the primary ULT only. */
 PVRT_API int pvrt_finalize(void);
 
-/* Why the last pvrt call on this thread failed. */
+/* Why the last pvrt call on this thread failed.
+ * Context: any. */
 PVRT_API const char *pvrt_errmsg(void);
 
-/* Number of workers (0 when not running). */
+/* Number of workers (0 when not running).
+ * Context: any. */
 PVRT_API unsigned pvrt_nworkers(void);
 
-/* Index of the worker running the caller, or -1 for a foreign thread. */
+/* Index of the worker running the caller, or -1 for a foreign thread.
+ * Context: any. */
 PVRT_API int pvrt_worker_self(void);
 
 /* Counters summed over workers since init. Fields are only ever appended; 'size' says how many
@@ -96,9 +102,11 @@ struct pvrt_stats {
 	uint64_t timer_fires; /* expiries of a programmed deadline */
 };
 /* Fill the first 'size' bytes of *s (size: the program's sizeof(struct pvrt_stats)). -EINVAL for
- * NULL or a size below the header, -ENXIO when the runtime is not running. */
+ * NULL or a size below the header, -ENXIO when the runtime is not running.
+ * Context: ULT, thread. */
 PVRT_API int pvrt_stats_read(struct pvrt_stats *s, size_t size);
-/* pvrt_stats_read with the program's size. */
+/* pvrt_stats_read with the program's size.
+ * Context: ULT, thread. */
 static inline int pvrt_stats_get(struct pvrt_stats *s)
 {
 	return pvrt_stats_read(s, sizeof(*s));

@@ -21,12 +21,13 @@ PVRT_BEGIN_DECLS
 #define PVRT_VERSION_STRING "0.1.0"
 
 /* One number, comparable: (major << 16) | (minor << 8) | patch. */
-#define PVRT_VERSION_ENCODE(major, minor, patch) (((major) << 16) | ((minor) << 8) | (patch))
-#define PVRT_VERSION				 PVRT_VERSION_ENCODE(PVRT_VERSION_MAJOR, PVRT_VERSION_MINOR, PVRT_VERSION_PATCH)
+#define PVRT_VERSION_ENCODE(maj, min, patch) (((maj) << 16) | ((min) << 8) | (patch))
+
+#define PVRT_VERSION PVRT_VERSION_ENCODE(PVRT_VERSION_MAJOR, PVRT_VERSION_MINOR, PVRT_VERSION_PATCH)
 
 /* The version of the libpvrt in use, as PVRT_VERSION: compare it with the headers' to detect a
  * program running against another library than it was built with.
- * Context: any (ULT, foreign thread, signal handler, fork child); runtime need not run. */
+ * Context: any; the runtime need not run. */
 PVRT_API unsigned pvrt_version(void);
 
 PVRT_END_DECLS

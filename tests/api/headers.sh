@@ -51,5 +51,17 @@ macros=$(cat "$inc"/pvrt/*.h | sed -n 's/^#define \(PVRT_[A-Z_]*_INIT\(IALIZER\)
 } > "$tmp/init.c"
 compile c c11 "$tmp/init.c"
 compile cxx c++17 "$tmp/init.c"
+# Every public function says where it may be called: its comment has a "Context:" line
+# (include/pvrt/export.h defines the contexts).
+for h in "$inc"/pvrt/*.h; do
+	awk -v f="$h" '
+		/^\/\*/ { c = "" }
+		/^\/\*|^ \*/ { c = c $0 }
+		/^(PVRT_API|static inline) / && /\(/ && !/extern/ {
+			if (c !~ /Context:/) { print f ": no Context: line for " $0; bad = 1 }
+			c = ""
+		}
+		END { exit bad }' "$h" || bad=1
+done
 [ $bad = 0 ] && echo "headers: $n public headers and $(echo $macros | wc -w) initialisers compile as C11 and C++17"
 exit $bad

@@ -15,7 +15,7 @@
 #define _GNU_SOURCE
 #include "spinq.h"
 
-#include "../runtime/check.h"
+#include "check.h"
 
 #include <pthread.h>
 #include <sched.h>

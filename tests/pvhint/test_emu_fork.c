@@ -11,6 +11,7 @@
  */
 #define _GNU_SOURCE
 #include "check.h"
+#include "pvrt_os.h"
 
 #include <pvrt/pvhint.h>
 

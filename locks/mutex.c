@@ -92,7 +92,8 @@ int pvrt_mutex_destroy(pvrt_mutex_t *m)
  * the estimate plus 500 ns, at most LK_SPIN_BLIND_NS. Kept per thread (per
  * worker for ULTs), not in the mutex, whose 40 bytes are all taken.
  */
-#define EST_SLOTS 8
+#define EST_SLOTS_SHIFT 3
+#define EST_SLOTS	(1u << EST_SLOTS_SHIFT)
 struct blind_est {
 	const pvrt_mutex_t *m;
 	uint32_t ns;
@@ -118,7 +119,8 @@ static __attribute__((noinline)) struct mx_thread *mx_self(void)
 static struct blind_est *blind_slot(struct mx_thread *t, const pvrt_mutex_t *m)
 {
 	/* Fibonacci hashing of the whole address: neighbours in an array of mutexes differ. */
-	struct blind_est *e = &t->est[((uintptr_t)m * 0x9E3779B97F4A7C15ull) >> 61];
+	struct blind_est *e =
+	    &t->est[((uintptr_t)m * 0x9E3779B97F4A7C15ull) >> (64 - EST_SLOTS_SHIFT)];
 	if (e->m != m) {
 		e->m = m;
 		e->ns = LK_SPIN_BLIND_NS / 2;

@@ -30,7 +30,8 @@
 #include <pthread.h>
 #include <stddef.h>
 
-#define PVRT_FUTEX_BUCKETS 512u
+#define PVRT_FUTEX_BUCKETS_SHIFT 9
+#define PVRT_FUTEX_BUCKETS	 (1u << PVRT_FUTEX_BUCKETS_SHIFT)
 
 struct waiter {
 	struct waiter *next, *prev;
@@ -71,7 +72,7 @@ static struct bucket *bucket_of(const uint32_t *addr)
 {
 	uint64_t a = (uint64_t)(uintptr_t)addr;
 	/* Fibonacci hashing of the word address. */
-	return &buckets[((a >> 2) * 0x9E3779B97F4A7C15ull) >> (64 - 9)];
+	return &buckets[((a >> 2) * 0x9E3779B97F4A7C15ull) >> (64 - PVRT_FUTEX_BUCKETS_SHIFT)];
 }
 
 static void enqueue(struct bucket *b, struct waiter *w)
@@ -206,7 +207,7 @@ static int thread_wait(uint32_t *addr, uint32_t expected, clockid_t clk,
 				dequeue(b, &wr);
 			pvrt_lock_release(&b->lock);
 			if (mine)
-				return r == -ETIMEDOUT ? -ETIMEDOUT : r;
+				return r; /* -ETIMEDOUT, or the kernel's error */
 			/* A waker dequeued us and is about to store 1: wait for it. */
 			while (!__atomic_load_n(&wr.word, __ATOMIC_ACQUIRE))
 				os_futex_wait_abs(&wr.word, 0, CLOCK_MONOTONIC, NULL);

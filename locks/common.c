@@ -151,20 +151,19 @@ int lk_park(uint32_t *addr, uint32_t val, clockid_t clk, const struct timespec *
 	    enum pvrt_lock_class cls)
 {
 	pvhint_t *told = lk_park_begin(cls);
-	int r = pvrt_futex_wait(addr, val, clk, abstime);
+	int r = rt_futex_wait(addr, val, clk, abstime);
 	lk_park_end(told);
 	return r;
 }
 
+static void ilock_park(uint32_t *w)
+{
+	lk_park(w, 2, CLOCK_MONOTONIC, NULL, PVRT_LOCK_COND);
+}
+
 void lk_ilock_slow(uint32_t *w)
 {
-	/* Drepper's three-state lock: 2 means "maybe waiters", so the unlocker wakes one.
-	 * Acquire on success: see lk_ilock(). */
-	uint32_t c = __atomic_exchange_n(w, 2, __ATOMIC_ACQUIRE);
-	while (c != 0) {
-		lk_park(w, 2, CLOCK_MONOTONIC, NULL, PVRT_LOCK_COND);
-		c = __atomic_exchange_n(w, 2, __ATOMIC_ACQUIRE);
-	}
+	os_lock_contended(w, 0, ilock_park); /* no spinning, as before: sections are short */
 }
 
 const char *pvrt_lock_class_name(enum pvrt_lock_class cls)

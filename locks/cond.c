@@ -37,7 +37,7 @@
  * queue, passes on a signal the waiter already consumed, and locks the mutex
  * again before the application's cleanup handlers run, as POSIX requires.
  * Such a node is marked 'kernel' so that its signaller wakes the kernel futex
- * rather than pvrt_futex.
+ * rather than rt_futex.
  */
 #define _GNU_SOURCE
 #include <pvrt/cond.h>
@@ -46,10 +46,8 @@
 #include "lk_cond.h"
 
 #include <errno.h>
-#include <linux/futex.h>
 #include <pthread.h>
 #include <stddef.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 enum { WAITING = 0, CHAINED = 1, SIGNALED = 2 };
@@ -129,9 +127,7 @@ static void signal_node(struct pvrt_cond_node *n)
 	 * SIGNALED and return): the wake on a dead address is harmless, as with any futex. */
 	__atomic_store_n(&n->state, SIGNALED, __ATOMIC_RELEASE);
 	if (kernel) {
-		int saved = errno;
-		syscall(SYS_futex, &n->state, FUTEX_WAKE | FUTEX_PRIVATE_FLAG, 1, NULL, NULL, 0);
-		errno = saved;
+		os_futex_wake(&n->state, 1);
 	} else {
 		lk_wake(&n->state, 1);
 	}
@@ -145,9 +141,7 @@ static void park_chained(struct pvrt_cond_node *n)
 		lk_park(&n->state, CHAINED, CLOCK_MONOTONIC, NULL, C);
 		return;
 	}
-	int saved = errno;
-	syscall(SYS_futex, &n->state, FUTEX_WAIT | FUTEX_PRIVATE_FLAG, CHAINED, NULL, NULL, 0);
-	errno = saved;
+	os_futex_wait(&n->state, CHAINED, NULL);
 }
 
 /* Take n out of the queue, wherever it is (under the queue lock). */
@@ -214,21 +208,16 @@ static void cancel_cleanup(void *p)
 /* Sleep in the kernel while n->state == s, asynchronously cancellable across the call only. */
 static int kwait(struct cwait *w, uint32_t s, clockid_t clk, const struct timespec *abs)
 {
-	int op = FUTEX_WAIT_BITSET | FUTEX_PRIVATE_FLAG;
-	if (clk == CLOCK_REALTIME)
-		op |= FUTEX_CLOCK_REALTIME;
-	int saved = errno, old;
+	int old;
 	/* Volatile: the cleanup handler reads it after an asynchronous cancel. */
 	*(pvhint_t *volatile *)&w->told = lk_park_begin(C);
 	/* A cancel that is already pending acts inside this call (the cleanup handler runs). */
 	pthread_setcanceltype(PTHREAD_CANCEL_ASYNCHRONOUS, &old);
-	long r = syscall(SYS_futex, &w->n->state, op, s, abs, NULL, FUTEX_BITSET_MATCH_ANY);
-	int err = r == 0 ? 0 : errno;
+	int r = os_futex_wait_abs(&w->n->state, s, clk, abs);
 	pthread_setcanceltype(old, NULL);
 	lk_park_end(w->told);
 	*(pvhint_t *volatile *)&w->told = NULL;
-	errno = saved;
-	return -err;
+	return r;
 }
 
 /* Wait until n is signalled (0) or the deadline passes while it is still queued (-ETIMEDOUT).
@@ -271,9 +260,9 @@ static int wait_cancellable(pvrt_cond_t *c, void *m, lk_mutex_op lock, struct pv
 int lk_cond_wait(pvrt_cond_t *c, void *m, lk_mutex_op unlock, lk_mutex_op lock, clockid_t clk,
 		 const struct timespec *abs, bool cancellable)
 {
-	if (abs && !lk_valid_timespec(abs))
+	if (abs && !os_timespec_valid(abs))
 		return -EINVAL;
-	/* A ULT blocks through pvrt_futex (it switches away); cancellation is for threads. */
+	/* A ULT blocks through rt_futex (it switches away); cancellation is for threads. */
 	bool kernel = cancellable && !lk_self_ult();
 	struct pvrt_ult *self = lk_self_ult();
 	/* A ULT's vCPU is where the scheduler puts it when readied: unknown here. */
@@ -347,32 +336,20 @@ int pvrt_cond_clockwait(pvrt_cond_t *c, pvrt_mutex_t *m, clockid_t clk,
 }
 
 /*
- * Which waiter a signal takes (under the queue lock). POSIX lets it be any; it is the one that
- * will run soonest by the hints among the COND_PICK_SCAN oldest (pvrt_wake_rank: its physical
- * CPU idle, else its vCPU not preempted), the oldest among equals. A waiter passed over
- * COND_MAX_SKIPS times is taken next, so hints reorder signals by a bounded amount.
+ * Which waiter a signal takes (under the queue lock; the queue is not empty). POSIX lets it be
+ * any; it is the one that will run soonest by the hints, with bounded skips, as for
+ * rt_futex_wake_hinted (struct rt_wake_pick).
  */
-#define COND_PICK_SCAN 8
-#define COND_MAX_SKIPS 4
 static struct pvrt_cond_node *pick(pvrt_cond_t *c, const pvhint_t *h)
 {
-	struct pvrt_cond_node *best = c->head;
 	if (!(h->valid & (PVHINT_VALID_PREEMPTED | PVHINT_VALID_IS_IDLE)))
-		return best;
-	int best_rank = -1, seen = 0;
-	for (struct pvrt_cond_node *n = c->head; n && seen < COND_PICK_SCAN; n = n->next, seen++) {
-		if (n->skipped >= COND_MAX_SKIPS) {
-			best = n;
+		return c->head;
+	struct rt_wake_pick p;
+	rt_wake_pick_init(&p);
+	for (struct pvrt_cond_node *n = c->head; n; n = n->next)
+		if (!rt_wake_pick_offer(&p, h, n, n->vcpu1, n->skipped))
 			break;
-		}
-		int r = pvrt_wake_rank(h, n->vcpu1);
-		if (r > best_rank) {
-			best = n;
-			best_rank = r;
-			if (r == 2)
-				break;
-		}
-	}
+	struct pvrt_cond_node *best = p.best;
 	for (struct pvrt_cond_node *n = c->head; n != best; n = n->next)
 		n->skipped++;
 	return best;

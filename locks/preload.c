@@ -115,7 +115,7 @@ REAL(int, pthread_spin_trylock, pthread_spinlock_t *)
 REAL(int, pthread_spin_unlock, pthread_spinlock_t *)
 REAL(int, pthread_create, pthread_t *, const pthread_attr_t *, void *(*)(void *), void *)
 
-/* Calls into glibc keep errno as glibc leaves it; ours never touch it (pvrt_futex saves it). */
+/* Calls into glibc keep errno as glibc leaves it; ours never touch it (rt_futex saves it). */
 #define CALL_REAL(name, ...) (get_##name()(__VA_ARGS__))
 
 /* ---- mutex ---- */

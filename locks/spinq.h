@@ -67,7 +67,7 @@ struct pvrt_spinq_node *lk_spinq_node(void);
 static inline void sq_handshake_pause(unsigned *polls)
 {
 	if (++*polls < 64)
-		pvrt_cpu_relax();
+		os_cpu_relax();
 	else
 		sched_yield();
 }
@@ -119,7 +119,7 @@ static inline bool lk_spinq_lock(struct pvrt_spinq_node **tail, struct pvrt_spin
 		struct pvrt_spinq_node *p = SQ_LOAD_RELAXED(&n->prev);
 		if (give_up(arg) || lk_vcpu1_preempted(h, SQ_LOAD_RELAXED(&p->vcpu1)))
 			break;
-		pvrt_cpu_relax();
+		os_cpu_relax();
 	}
 
 	/* Step A: unlink from the predecessor, unless it is handing the head to us right now. */

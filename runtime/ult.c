@@ -32,13 +32,13 @@
 #include <jemalloc/jemalloc.h>
 #endif
 
-__thread struct pvrt_worker *pvrt_tls_worker;
+__thread struct pvrt_worker *rt_tls_worker;
 
 __attribute__((noinline)) struct pvrt_worker *pvrt_worker_cur(void)
 {
 	/* The empty asm keeps the compiler from treating this as pure and reusing an old result. */
 	__asm__ volatile("" ::: "memory");
-	return pvrt_tls_worker;
+	return rt_tls_worker;
 }
 
 /* ---------------------------------------------------------------- allocation */
@@ -458,7 +458,6 @@ static unsigned view_queued(const struct pvrt_sched_view *v, unsigned w)
 	return (unsigned)(t - h) + __atomic_load_n(&x->inj.n, __ATOMIC_RELAXED);
 }
 
-void pvrt_sched_view_init(struct pvrt_sched_view *v) PVRT_HIDDEN;
 void pvrt_sched_view_init(struct pvrt_sched_view *v)
 {
 	v->nworkers = pvrt_rt.nw;
@@ -497,8 +496,7 @@ void pvrt_wake_worker(unsigned i)
 					__ATOMIC_RELAXED)) {
 		__atomic_fetch_sub(&pvrt_rt.nparked, 1, __ATOMIC_RELAXED);
 		__atomic_fetch_add(&t->st_unparks, 1, __ATOMIC_RELAXED);
-		syscall(SYS_futex, &t->park_word, FUTEX_WAKE | FUTEX_PRIVATE_FLAG, 1, NULL, NULL,
-			0);
+		os_futex_wake(&t->park_word, 1);
 	}
 }
 
@@ -564,7 +562,7 @@ static void requeue(struct pvrt_worker *w, struct pvrt_ult *u)
 
 void pvrt_ult_ready(struct pvrt_ult *u)
 {
-	struct pvrt_worker *w = pvrt_tls_worker;
+	struct pvrt_worker *w = rt_tls_worker;
 	unsigned target;
 	int b = ult_bound(u);
 	if (b >= 0) {
@@ -644,9 +642,9 @@ static struct pvrt_ult *pick_next(struct pvrt_worker *w)
 {
 	uint64_t armed = __atomic_load_n(&w->armed, __ATOMIC_RELAXED);
 	if (unlikely(armed != UINT64_MAX) && (++w->tick & 63) == 0)
-		pvrt_timers_run(w, pvrt_now_ns());
+		pvrt_timers_run(w, os_now_ns());
 	struct pvrt_ult *u = pvrt_local_next(w);
-	if (!u && armed != UINT64_MAX && pvrt_timers_run(w, pvrt_now_ns()))
+	if (!u && armed != UINT64_MAX && pvrt_timers_run(w, os_now_ns()))
 		u = pvrt_local_next(w);
 	return u;
 }
@@ -701,7 +699,7 @@ static void post_ready(struct pvrt_worker *w, void *arg)
 
 void pvrt_ult_block(void (*post)(struct pvrt_worker *, void *), void *arg)
 {
-	struct pvrt_worker *w = pvrt_tls_worker;
+	struct pvrt_worker *w = rt_tls_worker;
 	struct pvrt_ult *self = w->cur;
 	/*
 	 * No timers fired here: the caller may hold a lock its post action releases (a futex
@@ -710,14 +708,14 @@ void pvrt_ult_block(void (*post)(struct pvrt_worker *, void *), void *arg)
 	 */
 	struct pvrt_ult *next = NULL;
 	uint64_t armed = __atomic_load_n(&w->armed, __ATOMIC_RELAXED);
-	if (likely(armed == UINT64_MAX) || (++w->tick & 63) || !pvrt_timers_due(w, pvrt_now_ns()))
+	if (likely(armed == UINT64_MAX) || (++w->tick & 63) || !pvrt_timers_due(w, os_now_ns()))
 		next = pvrt_local_next(w);
 	switch_ctx(w, &self->ctx, next, post, arg, 0);
 }
 
-bool pvrt_ult_try_yield_to(struct pvrt_ult *u)
+bool rt_ult_try_yield_to(struct pvrt_ult *u)
 {
-	struct pvrt_worker *w = pvrt_tls_worker;
+	struct pvrt_worker *w = rt_tls_worker;
 	struct pvrt_ult *self = w ? w->cur : NULL;
 	if (!self || !u || u == self || bound_elsewhere(u, w))
 		return false;
@@ -730,24 +728,24 @@ bool pvrt_ult_try_yield_to(struct pvrt_ult *u)
 	return true;
 }
 
-bool pvrt_ult_can_yield_to(const struct pvrt_ult *u)
+bool rt_ult_can_yield_to(const struct pvrt_ult *u)
 {
 	struct pvrt_worker *w = pvrt_worker_cur();
 	struct pvrt_ult *self = w ? w->cur : NULL;
-	/* Relaxed: a hint; pvrt_ult_try_yield_to's CAS decides. */
+	/* Relaxed: a hint; rt_ult_try_yield_to's CAS decides. */
 	return self && u && u != self && !bound_elsewhere(u, w) &&
 	       __atomic_load_n(&u->state, __ATOMIC_RELAXED) == ULT_READY;
 }
 
-struct pvrt_ult *pvrt_ult_current(void)
+struct pvrt_ult *rt_ult_current(void)
 {
-	struct pvrt_worker *w = pvrt_tls_worker;
+	struct pvrt_worker *w = rt_tls_worker;
 	return w ? w->cur : NULL;
 }
 
-int pvrt_worker_vcpu(void)
+int rt_worker_vcpu(void)
 {
-	struct pvrt_worker *w = pvrt_tls_worker;
+	struct pvrt_worker *w = rt_tls_worker;
 	return w ? (int)w->vcpu : pvhint_self_vcpu();
 }
 
@@ -771,9 +769,9 @@ __attribute__((noreturn)) static void ult_exit(struct pvrt_ult *self, void *ret)
 	__atomic_store_n(&self->state, ULT_DONE, __ATOMIC_RELAXED);
 	/* Release: the joiner's acquire load of 'join' sees ret. 2: someone waits. */
 	if (__atomic_exchange_n(&self->join, 1, __ATOMIC_ACQ_REL) == 2)
-		pvrt_futex_wake(&self->join, INT_MAX);
+		rt_futex_wake(&self->join, INT_MAX);
 	if (__atomic_sub_fetch(&pvrt_rt.nlive, 1, __ATOMIC_ACQ_REL) == 0)
-		pvrt_futex_wake(&pvrt_rt.nlive, INT_MAX);
+		rt_futex_wake(&pvrt_rt.nlive, INT_MAX);
 	struct pvrt_worker *w = pvrt_worker_cur();
 	struct pvrt_ult *next = pick_next(w);
 	/* The stack goes back in post_exit, once we are off it. */
@@ -810,19 +808,9 @@ void pvrt_ult_init_primary(struct pvrt_ult *u)
 	pvrt_san_fiber_current(&u->ctx.san);
 }
 
-struct pvrt_ult *pvrt_primary_alloc(void) PVRT_HIDDEN;
 struct pvrt_ult *pvrt_primary_alloc(void)
 {
 	return desc_get(NULL);
-}
-
-void pvrt_thread_attr_init(pvrt_thread_attr_t *a)
-{
-	if (!a)
-		return;
-	a->stack_size = 0;
-	a->detached = 0;
-	a->worker = -1;
 }
 
 int pvrt_thread_create(pvrt_thread_t *out, const pvrt_thread_attr_t *attr, void *(*fn)(void *),
@@ -834,7 +822,17 @@ int pvrt_thread_create(pvrt_thread_t *out, const pvrt_thread_attr_t *attr, void 
 		return pvrt_fail(-ENXIO, "pvrt_thread_create: the runtime is not running");
 	size_t len = pvrt_rt.stack_size;
 	int detached = 0, bound = -1;
+	pvrt_thread_attr_t a;
 	if (attr) {
+		if (attr->size < sizeof(attr->size))
+			return pvrt_fail(-EINVAL,
+					 "pvrt_thread_create: attr not initialised "
+					 "(pvrt_thread_attr_init or PVRT_THREAD_ATTR_INIT)");
+		if (attr->size < sizeof(a)) { /* fields past the program's: default */
+			pvrt_thread_attr_init(&a);
+			memcpy(&a, attr, attr->size);
+			attr = &a;
+		}
 		if (attr->stack_size) {
 			if (attr->stack_size < PVRT_STACK_MIN || attr->stack_size > PVRT_STACK_MAX)
 				return pvrt_fail(-EINVAL,
@@ -852,7 +850,7 @@ int pvrt_thread_create(pvrt_thread_t *out, const pvrt_thread_attr_t *attr, void 
 	if (!out && !detached)
 		return pvrt_fail(-EINVAL, "pvrt_thread_create: out is NULL for a joinable ULT");
 
-	struct pvrt_worker *w = pvrt_tls_worker;
+	struct pvrt_worker *w = rt_tls_worker;
 	struct pvrt_ult *u = desc_get(w);
 	if (!u)
 		return pvrt_fail(-ENOMEM, "pvrt_thread_create: out of memory");
@@ -903,14 +901,14 @@ int pvrt_thread_join(pvrt_thread_t t, void **ret)
 {
 	if (!t)
 		return pvrt_fail(-EINVAL, "pvrt_thread_join: NULL thread");
-	struct pvrt_ult *self = pvrt_ult_current();
+	struct pvrt_ult *self = rt_ult_current();
 	if (t == self)
 		return pvrt_fail(-EDEADLK, "pvrt_thread_join: a ULT cannot join itself");
 	if (t->flags & (ULT_F_DETACHED | ULT_F_PRIMARY))
 		return pvrt_fail(-EINVAL, "pvrt_thread_join: not a joinable ULT");
 	/* Still queued and ready? Run it now rather than block and wait for it. */
 	if (self && __atomic_load_n(&t->join, __ATOMIC_ACQUIRE) != 1)
-		pvrt_ult_try_yield_to(t);
+		rt_ult_try_yield_to(t);
 	for (;;) {
 		/* Acquire pairs with ult_exit's exchange: ret is visible. */
 		uint32_t j = __atomic_load_n(&t->join, __ATOMIC_ACQUIRE);
@@ -920,7 +918,7 @@ int pvrt_thread_join(pvrt_thread_t t, void **ret)
 		if (j == 0 && !__atomic_compare_exchange_n(&t->join, &j, 2, 0, __ATOMIC_RELAXED,
 							   __ATOMIC_RELAXED))
 			continue;
-		pvrt_futex_wait(&t->join, 2, CLOCK_MONOTONIC, NULL);
+		rt_futex_wait(&t->join, 2, CLOCK_MONOTONIC, NULL);
 	}
 	if (ret)
 		*ret = t->ret;
@@ -934,13 +932,13 @@ int pvrt_thread_detach(pvrt_thread_t t)
 		return pvrt_fail(-EINVAL, "pvrt_thread_detach: not a joinable ULT");
 	/* The flag only guards against a later join on this handle; the reference does the work. */
 	t->flags |= ULT_F_DETACHED;
-	desc_unref(pvrt_tls_worker, t);
+	desc_unref(rt_tls_worker, t);
 	return 0;
 }
 
 int pvrt_thread_yield(void)
 {
-	struct pvrt_worker *w = pvrt_tls_worker;
+	struct pvrt_worker *w = rt_tls_worker;
 	if (!w || !w->cur)
 		return 0;
 	struct pvrt_ult *next = pick_next(w);
@@ -953,16 +951,16 @@ int pvrt_thread_yield(void)
 
 int pvrt_thread_yield_to(pvrt_thread_t t)
 {
-	if (!pvrt_ult_current())
+	if (!rt_ult_current())
 		return pvrt_fail(-EPERM, "pvrt_thread_yield_to: not called from a ULT");
-	if (!pvrt_ult_try_yield_to(t))
+	if (!rt_ult_try_yield_to(t))
 		return pvrt_thread_yield();
 	return 0;
 }
 
 pvrt_thread_t pvrt_thread_self(void)
 {
-	return pvrt_ult_current();
+	return rt_ult_current();
 }
 
 uint64_t pvrt_thread_id(pvrt_thread_t t)
@@ -972,7 +970,7 @@ uint64_t pvrt_thread_id(pvrt_thread_t t)
 
 int pvrt_thread_exit(void *ret)
 {
-	struct pvrt_ult *self = pvrt_ult_current();
+	struct pvrt_ult *self = rt_ult_current();
 	if (!self)
 		return pvrt_fail(-EPERM, "pvrt_thread_exit: not called from a ULT");
 	if (self->flags & ULT_F_PRIMARY)
@@ -982,7 +980,7 @@ int pvrt_thread_exit(void *ret)
 
 int pvrt_thread_set_worker(int wi)
 {
-	struct pvrt_ult *self = pvrt_ult_current();
+	struct pvrt_ult *self = rt_ult_current();
 	if (!self)
 		return pvrt_fail(-EPERM, "pvrt_thread_set_worker: not called from a ULT");
 	if (self->flags & ULT_F_PRIMARY)
@@ -995,7 +993,7 @@ int pvrt_thread_set_worker(int wi)
 	if (wi < 0 || wi >= (int)pvrt_rt.nw)
 		return pvrt_fail(-EINVAL, "pvrt_thread_set_worker: no such worker");
 	__atomic_store_n(&self->bound, wi, __ATOMIC_RELAXED);
-	if ((unsigned)wi == pvrt_tls_worker->idx)
+	if ((unsigned)wi == rt_tls_worker->idx)
 		return 0;
 	/* Off this worker: suspend, and let the next context queue us on the bound worker. */
 	__atomic_store_n(&self->state, ULT_BLOCKED, __ATOMIC_RELAXED);
@@ -1010,14 +1008,14 @@ int pvrt_thread_sleep(uint64_t ns)
 	uint64_t t = (uint64_t)ts.tv_nsec + ns % 1000000000ull;
 	ts.tv_sec += (time_t)(ns / 1000000000ull + t / 1000000000ull);
 	ts.tv_nsec = (long)(t % 1000000000ull);
-	if (!pvrt_ult_current()) {
+	if (!rt_ult_current()) {
 		while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
 			;
 		return 0;
 	}
 	/* Nobody wakes this word: the wait ends by its timeout (spurious wake-ups loop). */
 	uint32_t word = 0;
-	while (pvrt_futex_wait(&word, 0, CLOCK_MONOTONIC, &ts) == 0)
+	while (rt_futex_wait(&word, 0, CLOCK_MONOTONIC, &ts) == 0)
 		;
 	return 0;
 }

@@ -17,6 +17,7 @@
  */
 #define _GNU_SOURCE
 #include "pvrt_bench.h"
+#include "pvrt_os.h"
 
 #include <pvrt/runtime.h>
 #include <pvrt/thread.h>
@@ -34,13 +35,6 @@
 
 /* The futex primitive of libpvrt (internal, hidden): the benchmark uses the public wrappers. */
 void boost_fiber_register(void);
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 static int start(pvrt_bench_state *st, unsigned workers, uint64_t poll_max, const char *timer)
 {
@@ -133,7 +127,7 @@ static void *wl_waiter(void *a)
 	while (!wl_stop) {
 		while (__atomic_load_n(&wl_word, __ATOMIC_ACQUIRE) == seen)
 			pvrt_bench_futex_wait(&wl_word, seen);
-		wl_t1 = now_ns();
+		wl_t1 = os_now_ns();
 		seen = __atomic_load_n(&wl_word, __ATOMIC_ACQUIRE);
 	}
 	return NULL;
@@ -167,7 +161,7 @@ static void wl_loop(pvrt_bench_state *st, int (*wake)(uint32_t *))
 		struct timespec d = {0, 2000000};
 		nanosleep(&d, NULL);
 		wl_t1 = 0;
-		uint64_t t0 = now_ns();
+		uint64_t t0 = os_now_ns();
 		__atomic_add_fetch(&wl_word, 1, __ATOMIC_RELEASE);
 		wake(&wl_word);
 		while (!wl_t1)
@@ -206,7 +200,7 @@ static void BM_wake_latency_pvrt(pvrt_bench_state *st)
 
 static int kwake(uint32_t *w)
 {
-	return (int)syscall(SYS_futex, w, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+	return os_futex_wake(w, 1);
 }
 
 static void pin(int cpu)
@@ -224,8 +218,8 @@ static void *kwaiter(void *a)
 	uint32_t seen = 0;
 	while (!wl_stop) {
 		while (__atomic_load_n(&wl_word, __ATOMIC_ACQUIRE) == seen)
-			syscall(SYS_futex, &wl_word, FUTEX_WAIT_PRIVATE, seen, NULL, NULL, 0);
-		wl_t1 = now_ns();
+			os_futex_wait(&wl_word, seen, NULL);
+		wl_t1 = os_now_ns();
 		seen = __atomic_load_n(&wl_word, __ATOMIC_ACQUIRE);
 	}
 	return NULL;

@@ -15,7 +15,7 @@
 #define _GNU_SOURCE
 #include "spinq.h"
 
-#include "../runtime/check.h"
+#include "check.h"
 
 #include <pthread.h>
 #include <sched.h>
@@ -89,7 +89,7 @@ static void *worker(void *arg)
 		CHECK_EQ(__atomic_add_fetch(&heads_now, 1, __ATOMIC_RELAXED), 1); /* one head */
 		__atomic_fetch_add(&heads, 1, __ATOMIC_RELAXED);
 		for (int k = 0; k < 20; k++)
-			pvrt_cpu_relax();
+			os_cpu_relax();
 		if ((i & 63) == 0)
 			sched_yield(); /* a head that does not run: everyone queues behind it */
 		__atomic_sub_fetch(&heads_now, 1, __ATOMIC_RELAXED);

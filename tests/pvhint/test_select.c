@@ -5,6 +5,7 @@
  */
 #define _GNU_SOURCE
 #include "check.h"
+#include "pvrt_os.h"
 
 #include <pvrt/pvhint.h>
 
@@ -128,8 +129,8 @@ int main(void)
 	CHECK(!pvhint_emu_attach(h, 2));
 	CHECK_EQ(pvhint_self_vcpu(), 2);
 	unsigned seen_pre = 0, seen_run = 0, seen_idle = 0, seen_busy = 0;
-	uint64_t t_end = test_now_ns() + 300000000;
-	while (test_now_ns() < t_end && !(seen_pre && seen_run && seen_idle && seen_busy)) {
+	uint64_t t_end = os_now_ns() + 300000000;
+	while (os_now_ns() < t_end && !(seen_pre && seen_run && seen_idle && seen_busy)) {
 		for (unsigned v = 0; v < 4; v++) {
 			/* this thread keeps running although its vCPU may read as preempted */
 			if (pvhint_vcpu_preempted(h, v))

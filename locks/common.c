@@ -92,10 +92,16 @@ int lk_tid_slow(void)
 	return lk_tid_cache;
 }
 
+uint32_t lk_fork_gen;
+
 static void lk_atfork_child(void)
 {
 	/* The forking thread has a new tid in the child. */
 	lk_tid_cache = 0;
+	/* Waiter records of the parent's other threads (cond nodes, spinner nodes, once runners,
+	 * hand-off targets) are now stale: see lk_fork_gen in lk.h. Relaxed: the only thread. */
+	__atomic_store_n(&lk_fork_gen, lk_fork_gen + 1, __ATOMIC_RELAXED);
+	lk_spinq_atfork_child();
 	/* The emulator's control thread did not survive the fork, and its locks may have been
 	 * held by it: report no parks from the child. */
 	pvhint_t *d = __atomic_load_n(&lk_default_ptr, __ATOMIC_RELAXED);
@@ -113,6 +119,21 @@ static void lk_atfork_child(void)
 __attribute__((constructor)) static void lk_init(void)
 {
 	pthread_atfork(NULL, NULL, lk_atfork_child);
+}
+
+bool lk_target_gone(uint32_t id)
+{
+	if (lk_likely(lk_gen() == 0))
+		return false;
+	/* A ULT (0x40000000 | id) cannot be looked up; cancelling its registration is always
+	 * safe (a live target re-registers), so treat it as gone. */
+	if (id & 0x40000000u)
+		return true;
+	int saved = errno;
+	/* ESRCH: no such thread in our thread group (a parent thread, in a fork child). */
+	bool gone = syscall(SYS_tgkill, getpid(), (pid_t)id, 0) != 0 && errno == ESRCH;
+	errno = saved;
+	return gone;
 }
 
 /* ---- parking ---- */

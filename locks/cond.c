@@ -72,6 +72,26 @@ static inline uint32_t *refs_of(pvrt_cond_t *c)
 	return &c->pad[0];
 }
 
+/*
+ * Fork: in a child, the queue's nodes are the parent's waiters, which do not exist there, on
+ * stacks the child's new threads reuse (glibc recycles them): they must not be signalled, nor
+ * even read. 'qgen' (second padding word) is the fork generation (lk_fork_gen) the queue
+ * belongs to; the first queue operation of a later generation empties it, with the references
+ * of those waiters, so signals and broadcasts reach the child's own waiters only.
+ */
+static void queue_lock(pvrt_cond_t *c)
+{
+	lk_ilock(&c->lock);
+	uint32_t gen = lk_gen();
+	if (lk_unlikely(c->pad[1] != gen)) {
+		/* Relaxed: as set_head. */
+		__atomic_store_n(&c->head, NULL, __ATOMIC_RELAXED);
+		c->tail = NULL;
+		__atomic_store_n(refs_of(c), 0, __ATOMIC_RELAXED);
+		c->pad[1] = gen;
+	}
+}
+
 int pvrt_cond_init(pvrt_cond_t *c, clockid_t clk)
 {
 	if (!lk_valid_clock(clk))
@@ -82,7 +102,7 @@ int pvrt_cond_init(pvrt_cond_t *c, clockid_t clk)
 
 int pvrt_cond_destroy(pvrt_cond_t *c)
 {
-	lk_ilock(&c->lock);
+	queue_lock(c);
 	bool busy = c->head != NULL;
 	lk_iunlock(&c->lock);
 	if (busy)
@@ -160,7 +180,7 @@ static void unlink_node(pvrt_cond_t *c, struct pvrt_cond_node *n)
 /* Unlink n if it is still queued (under the queue lock); false if a signal took it. */
 static bool unqueue(pvrt_cond_t *c, struct pvrt_cond_node *n)
 {
-	lk_ilock(&c->lock);
+	queue_lock(c);
 	bool queued = __atomic_load_n(&n->state, __ATOMIC_RELAXED) == WAITING;
 	if (queued)
 		unlink_node(c, n);
@@ -269,7 +289,7 @@ int lk_cond_wait(pvrt_cond_t *c, void *m, lk_mutex_op unlock, lk_mutex_op lock, 
 	struct pvrt_cond_node n = {
 	    .state = WAITING, .kernel = kernel, .vcpu1 = self ? 0 : lk_self_vcpu1(NULL)};
 
-	lk_ilock(&c->lock);
+	queue_lock(c);
 	n.prev = c->tail;
 	if (c->tail)
 		c->tail->next = &n;
@@ -362,7 +382,7 @@ int pvrt_cond_signal(pvrt_cond_t *c)
 	if (!__atomic_load_n(&c->head, __ATOMIC_RELAXED))
 		return 0;
 	pvhint_t *h = lk_hints();
-	lk_ilock(&c->lock);
+	queue_lock(c);
 	struct pvrt_cond_node *n = c->head ? pick(c, h) : NULL;
 	if (n) {
 		unlink_node(c, n);
@@ -379,7 +399,7 @@ int pvrt_cond_broadcast(pvrt_cond_t *c)
 {
 	if (!__atomic_load_n(&c->head, __ATOMIC_RELAXED))
 		return 0;
-	lk_ilock(&c->lock);
+	queue_lock(c);
 	struct pvrt_cond_node *first = c->head;
 	for (struct pvrt_cond_node *n = first; n; n = n->next) {
 		n->chain = n->next;

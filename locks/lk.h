@@ -114,6 +114,24 @@ static inline int lk_self_id(struct pvrt_ult *u)
 	return (int)(0x40000000u | (uint32_t)(pvrt_thread_id(u) & 0x3fffffffu));
 }
 
+/* ---- fork ----
+ * In a fork child only the forking thread exists; every record a parent thread left in a lock
+ * (a condvar waiter node, a spinner-queue node, a once in progress, a mutex hand-off target)
+ * belongs to nobody. lk_fork_gen counts the forks this process descends from (0 in the
+ * original process; the child handler bumps it). Records stamped with it are recognised as
+ * stale by a later generation and skipped, as glibc's once does with its fork generation. */
+extern uint32_t lk_fork_gen;
+static inline uint32_t lk_gen(void)
+{
+	/* Relaxed: changes only in a fork child's handler, before any other thread exists. */
+	return __atomic_load_n(&lk_fork_gen, __ATOMIC_RELAXED);
+}
+/* A registered mutex hand-off target id (lk_self_id) that cannot collect a grant: a thread of
+ * the parent, in a fork descendant (a system call, only there; never true in the original
+ * process). A tid reused by a new thread of the child is taken for alive. */
+bool lk_target_gone(uint32_t id);
+void lk_spinq_atfork_child(void);
+
 /* ---- parking ---- */
 
 /*

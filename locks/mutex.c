@@ -23,6 +23,8 @@
  *   freeing the word cancels it the same way: the target stores its tid, then
  *   reads the word; the unlocker frees the word, then reads 'handoff' (both
  *   sequentially consistent), so one of them sees the other (no lost wake-up).
+ *   In a fork child a target registered by a parent thread does not exist: the unlocker
+ *   cancels it the same way (lk_target_gone).
  */
 #define _GNU_SOURCE
 #include <pvrt/mutex.h>
@@ -437,7 +439,8 @@ static void release_slow(pvrt_mutex_t *m)
 			if (!hints)
 				hints = lk_hints();
 			uint32_t tv = __atomic_load_n(&m->handoff_vcpu, __ATOMIC_RELAXED);
-			if (!lk_vcpu1_preempted(hints, tv)) {
+			/* A target left by a parent thread at fork would never collect a grant. */
+			if (!lk_vcpu1_preempted(hints, tv) && !lk_target_gone(t)) {
 				/* Grant: keep LOCKED, drop HANDOFF; ownership passes to t. */
 				if (!__atomic_compare_exchange_n(&m->word, &w, w & ~HANDOFF, false,
 								 __ATOMIC_RELAXED,

@@ -37,7 +37,7 @@ typedef struct pvrt_cond {
 	uint32_t clock;		     /* 0: CLOCK_REALTIME, 1: CLOCK_MONOTONIC */
 	struct pvrt_cond_node *head; /* oldest waiter */
 	struct pvrt_cond_node *tail;
-	uint32_t pad[3];
+	uint32_t pad[3]; /* [0]: waiters' references, [1]: the queue's fork generation (cond.c) */
 	uint32_t
 	    glibc_wrefs; /* offset of glibc's __wrefs: bit 0 marks a process-shared glibc cond */
 	uint32_t pad2[2];

@@ -106,7 +106,7 @@ static const char *env_or(const char *given, const char *name)
 {
 	if (given)
 		return given;
-	const char *e = getenv(name);
+	const char *e = secure_getenv(name); /* none under AT_SECURE (setuid) */
 	return e && *e ? e : NULL;
 }
 
@@ -592,7 +592,7 @@ int pvrt_init(const struct pvrt_config *c)
 	CPU_ZERO(&one);
 	CPU_SET(w0->cpu, &one);
 	pthread_setaffinity_np(pthread_self(), sizeof(one), &one);
-	const char *nosegv = getenv("PVRT_NO_SEGV_HANDLER");
+	const char *nosegv = secure_getenv("PVRT_NO_SEGV_HANDLER");
 	if (!(c && c->no_segv_handler) && !(nosegv && !strcmp(nosegv, "1"))) {
 		struct sigaction sa;
 		memset(&sa, 0, sizeof(sa));

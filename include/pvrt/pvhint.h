@@ -172,10 +172,12 @@ PVRT_API void pvhint_thread_unpark(pvhint_t *h);
  *                 vCPU whose threads are all parked or sleeping in the kernel (futex, read,
  *                 nanosleep, ...) is halted, as a guest vCPU in HLT (0: only parked threads
  *                 halt a vCPU; script and random modes never sample)
- *   export=PATH   also publish the page in the file PATH (e.g. /dev/shm/pvrt-emu), removed at
- *                 close: other processes read the emulated hints with the kvm source
+ *   export=PATH   also publish the page in the new file PATH (e.g. /dev/shm/pvrt-emu; -EEXIST
+ *                 if PATH exists, even as a symbolic link), removed at close and at exit:
+ *                 other processes read the emulated hints with the kvm source
  *                 (PVRT_HINTS=kvm PVRT_HINT_DEV=PATH), e.g. pvhint-top
- * A bad key or value is -EINVAL with pvhint_errmsg() naming it.
+ * A bad key or value is -EINVAL with pvhint_errmsg() naming it (also: nan or inf durations, a
+ * negative seed, pcpus > vcpus, duty=1 with mode=noisy). Setuid programs read no PVRT_*.
  *
  * A descheduled vCPU's attached threads are really stopped (a signal whose handler blocks until
  * the vCPU runs again), except threads blocked in the kernel, which are left alone so that no

@@ -114,6 +114,18 @@ int main(void)
 	check_bad_spec("duty=1.5", "'duty'");
 	check_bad_spec("period=abc", "'period'");
 	check_bad_spec("signal=rtmin+99", "'signal'");
+	/* issue 9: nan and inf durations (undefined conversions), negative seeds (wrapped),
+	 * more pCPUs than vCPUs, and a noisy neighbour that never lets a vCPU run. */
+	check_bad_spec("quantum=nan", "'quantum'");
+	check_bad_spec("ksleep=nan", "'ksleep'");
+	check_bad_spec("period=NaNms", "'period'");
+	check_bad_spec("ack_timeout=inf", "'ack_timeout'");
+	check_bad_spec("quantum=infinity", "'quantum'");
+	check_bad_spec("seed=-1", "'seed'");
+	check_bad_spec("seed= -5", "'seed'");
+	check_bad_spec("vcpus=2,pcpus=3", "pcpus=3 exceeds vcpus=2");
+	check_bad_spec("mode=noisy,duty=1", "never lets a vCPU run");
+	check_bad_spec("duty=1,mode=noisy", "never lets a vCPU run");
 	check_bad_spec("vcpus", "not key=value");
 	check_bad_spec("vcpus=2,colour=blue", "unknown key 'colour'");
 

@@ -79,7 +79,8 @@ static int find_preload(char *out, size_t n)
 		snprintf(out, n, "%s/%s", dir, PRELOAD_NAME);
 		if (is_file(out))
 			return 0;
-		snprintf(out, n, "%s/../lib/%s", dir, PRELOAD_NAME);
+		/* An installed tree, wherever it was installed (the libdir relative to bindir). */
+		snprintf(out, n, "%s/%s/%s", dir, PVRT_BIN_TO_LIB, PRELOAD_NAME);
 		if (is_file(out))
 			return 0;
 	}

@@ -16,7 +16,7 @@ if ! echo 'int LLVMFuzzerTestOneInput(const char *d, unsigned long n) { return 0
 	exit 77
 fi
 flags="-g -O1 -std=gnu11 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
-	-I$src/include -I$src/pvhint"
+	-I$src/include -I$src/os -I$src/pvhint"
 lib="$src/pvhint/pvhint.c $src/pvhint/emu.c $src/pvhint/emu_spec.c $src/pvhint/src_kvm.c
 	$src/pvhint/src_none.c"
 fail=0

@@ -12,7 +12,9 @@
 # usage: run.sh BUILD-DIR [ROUNDS]
 #   KERNELS   (default: all five) e.g. "streamcluster_cond fluidanimate"
 #   SETTINGS  (default "under 2x 4x emu hog")
-#   SIZE_<kernel> extra arguments after THREADS (default: the kernel's defaults)
+#   SIZE_<kernel> arguments after THREADS (defaults below: about 0.2-1 s each here)
+#   BASE_BUILD another build dir: adds variant "base" (its pvrt-run), to compare two versions
+#              of pvrt in the same rounds
 #   CPUS      (default nproc)
 set -eu
 build=$1 rounds=${2:-3}
@@ -23,7 +25,11 @@ kernels=${KERNELS:-"streamcluster_cond streamcluster_barrier fluidanimate dedup 
 settings=${SETTINGS:-"under 2x 4x emu hog"}
 emu=vcpus=4,pcpus=2
 variants="glibc pvrt"
-"$run" --help 2>/dev/null | grep -q -- '--mn' && variants="glibc pvrt mn"
+"$run" --help 2>/dev/null | grep -q -- '--mn' && variants="$variants mn"
+base=${BASE_BUILD:+$BASE_BUILD/bin/pvrt-run}
+[ -n "$base" ] && variants="$variants base"
+: "${SIZE_streamcluster_cond:=2048 6000}" "${SIZE_streamcluster_barrier:=2048 6000}"
+: "${SIZE_fluidanimate:=512 2000}" "${SIZE_dedup:=200000 16}" "${SIZE_bodytrack:=256 2000}"
 tmp=$(mktemp -d)
 hog=
 cleanup() {
@@ -49,9 +55,11 @@ run_one() {
 	emu:glibc) set -- "$run" --locks=glibc --emu=$emu -- ;;
 	emu:pvrt) set -- "$run" --emu=$emu -- ;;
 	emu:mn) set -- "$run" --mn --emu=$emu -- ;;
+	emu:base) set -- "$base" --emu=$emu -- ;;
 	*:glibc) set -- ;;
 	*:pvrt) set -- "$run" -- ;;
 	*:mn) set -- "$run" --mn -- ;;
+	*:base) set -- "$base" -- ;;
 	esac
 	# shellcheck disable=SC2086 # extra is a list of arguments
 	if ! "$@" "$bin/parsec_$k" "$t" $extra >"$tmp/out" 2>"$tmp/err"; then

@@ -322,18 +322,10 @@ static bool spin_queued(pvrt_mutex_t *m, uint32_t extra, struct pvrt_ult *self, 
 	return got;
 }
 
-/* Spin (spin_queued) if that may pay: not with more spinners than CPUs allow (spin_admit), nor
- * for a thread owner that acquired on the CPU we run on. */
+/* Spin (spin_queued) unless as many threads spin as the CPUs allow (spin_admit). */
 static bool spin_acquire(pvrt_mutex_t *m, uint32_t extra, struct pvrt_ult *self)
 {
 	pvhint_t *h = lk_hints();
-	/* Without hints, an owner that acquired on the CPU we run on is not running (unless it
-	 * moved since): it needs this CPU. (A ULT owner is run instead, below.) */
-	if (!self && !(h->valid & PVHINT_VALID_PREEMPTED)) {
-		uint32_t ov = __atomic_load_n(&m->owner_vcpu, __ATOMIC_RELAXED);
-		if (ov && ov == vcpu16(lk_self_vcpu1(NULL)))
-			return false;
-	}
 	if (!spin_admit())
 		return false;
 	bool got = spin_queued(m, extra, self, h);

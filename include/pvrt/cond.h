@@ -2,14 +2,14 @@
 /*
  * pvrt_cond: condition variable.
  *
- * Each waiter queues a node on its own stack and parks on the node. signal
- * wakes the oldest waiter. broadcast detaches the whole queue and wakes only
- * its first waiter; each woken waiter wakes the next one as soon as it runs,
- * before it locks the mutex again, so the wake-ups reach the mutex one after
- * another rather than as one herd, and only the head of the mutex's spinner
- * queue polls its word. (Passing the wake-up on only once the mutex is held
- * again -- wait morphing -- deadlocks a destroy under the mutex right after a
- * broadcast; locks/model/cond.pml shows it.)
+ * Each waiter queues a node on its own stack. signal wakes one waiter (the
+ * one that will run soonest by the hints, among the oldest). Thread waiters
+ * sleep in the kernel on a word of the condvar, each with a bit of its own,
+ * so broadcast wakes all of them with one system call; ULT waiters park on
+ * their node, and broadcast wakes the first of them, which wakes the next as
+ * soon as it runs, before it locks the mutex again. (Passing the wake-up on
+ * only once the mutex is held again -- wait morphing -- deadlocks a destroy
+ * under the mutex right after a broadcast; locks/model/cond.pml shows it.)
  *
  * Fits in glibc's 48-byte pthread_cond_t; all zero is a valid condvar using
  * CLOCK_REALTIME. Spurious wake-ups are possible, as POSIX allows.

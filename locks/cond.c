@@ -350,7 +350,11 @@ int lk_cond_wait(pvrt_cond_t *c, void *m, lk_mutex_op unlock, lk_mutex_op lock, 
 	put_ref(c);
 
 	lk_stat(C, LK_ACQ);
+	if (!self)
+		lk_cond_relock = true;
 	int lr = lock(m);
+	if (!self)
+		lk_cond_relock = false;
 	return lr ? lr : result;
 }
 

@@ -322,10 +322,20 @@ static bool spin_queued(pvrt_mutex_t *m, uint32_t extra, struct pvrt_ult *self, 
 	return got;
 }
 
-/* Spin (spin_queued) unless as many threads spin as the CPUs allow (spin_admit). */
+/* Spin (spin_queued) unless as many threads spin as the CPUs allow (spin_admit), or, for a
+ * thread relocking after a condvar wait, the owner acquired on the CPU we run on. */
 static bool spin_acquire(pvrt_mutex_t *m, uint32_t extra, struct pvrt_ult *self)
 {
 	pvhint_t *h = lk_hints();
+	/* Waiters woken together by a broadcast meet at the mutex: one whose owner acquired on
+	 * the CPU it runs on now would spin on an owner that waits for this CPU. (For every
+	 * acquisition this rule cost bench_locks up to half its undercommitted throughput: with
+	 * threads migrating on a loaded machine the owner's CPU number is often stale.) */
+	if (!self && lk_cond_relock && !(h->valid & PVHINT_VALID_PREEMPTED)) {
+		uint32_t ov = __atomic_load_n(&m->owner_vcpu, __ATOMIC_RELAXED);
+		if (ov && ov == vcpu16(lk_self_vcpu1(NULL)))
+			return false;
+	}
 	if (!spin_admit())
 		return false;
 	bool got = spin_queued(m, extra, self, h);

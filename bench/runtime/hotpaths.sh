@@ -15,7 +15,11 @@ ir() { # LIBDIR MODE COUNT
 }
 n=20000
 printf '%-12s' op
-for d in "$@"; do printf ' %14s' "${d: -14}"; done
+for d in "$@"; do
+	name=$d
+	[ ${#name} -gt 14 ] && name=...${name: -11}
+	printf ' %14s' "$name"
+done
 echo "   (instructions per op)"
 for mode in mutex yield create_join hint; do
 	printf '%-12s' "$mode"

@@ -263,6 +263,7 @@ static int thread_wait(uint32_t *addr, uint32_t expected, clockid_t clk,
 int pvrt_futex_wait(uint32_t *addr, uint32_t expected, clockid_t clk,
 		    const struct timespec *abstime)
 {
+	PVRT_RT_SCOPE();
 	if (clk != CLOCK_REALTIME && clk != CLOCK_MONOTONIC)
 		return -EINVAL;
 	if (abstime && !valid_timespec(abstime))
@@ -291,6 +292,7 @@ static void wake_one(struct waiter *wr)
 
 int pvrt_futex_wake(uint32_t *addr, int n)
 {
+	PVRT_RT_SCOPE();
 	if (n <= 0)
 		return 0;
 	struct bucket *b = bucket_of(addr);
@@ -318,6 +320,7 @@ int pvrt_futex_wake(uint32_t *addr, int n)
 
 int pvrt_futex_wake_hinted(uint32_t *addr, const pvhint_t *h)
 {
+	PVRT_RT_SCOPE();
 	if (!(h->valid & (PVHINT_VALID_PREEMPTED | PVHINT_VALID_IS_IDLE)))
 		return pvrt_futex_wake(addr, 1); /* nothing to choose by */
 	struct bucket *b = bucket_of(addr);

@@ -488,6 +488,7 @@ static void requeue(struct pvrt_worker *w, struct pvrt_ult *u)
 
 void pvrt_ult_ready(struct pvrt_ult *u)
 {
+	PVRT_RT_SCOPE();
 	struct pvrt_worker *w = pvrt_tls_worker;
 	unsigned target;
 	int b = ult_bound(u);
@@ -580,6 +581,10 @@ static struct pvrt_ult *pick_next(struct pvrt_worker *w)
 void pvrt_after_switch(void)
 {
 	struct pvrt_worker *w = pvrt_worker_cur();
+	if (unlikely(!w)) {
+		pvrt_m_home_resumed(); /* this thread lost its worker (sysmon.c) */
+		return;
+	}
 	pvrt_san_resumed(w->cur ? &w->cur->ctx.san : &w->sched.san);
 	void (*fn)(struct pvrt_worker *, void *) = w->post_fn;
 	if (fn) {
@@ -599,8 +604,23 @@ static void switch_ctx(struct pvrt_worker *w, struct pvrt_ctxrec *from, struct p
 	if (to)
 		to->last = (int)w->idx;
 	PVRT_STAT_INC(w, st_switches);
+	/* The runtime depth is the context's: ours comes back with us, wherever we resume. */
+	uint32_t depth = pvrt_tls_m ? pvrt_tls_m->inrt : 0;
 	pvrt_san_switch(&from->san, &tc->san, dying);
 	pvrt_ctx_switch(&from->sp, tc->sp);
+	struct pvrt_m *m = pvrt_m_cur();
+	if (m)
+		__atomic_store_n(&m->inrt, depth, __ATOMIC_RELAXED);
+	pvrt_after_switch();
+}
+
+/* A thread that lost its worker leaves 'self' for its own scheduler context (sysmon.c). */
+void pvrt_switch_home(struct pvrt_ult *self, struct pvrt_m *m)
+{
+	uint32_t depth = m->inrt;
+	pvrt_san_switch(&self->ctx.san, &m->home.san, 0);
+	pvrt_ctx_switch(&self->ctx.sp, m->home.sp);
+	__atomic_store_n(&pvrt_m_cur()->inrt, depth, __ATOMIC_RELAXED);
 	pvrt_after_switch();
 }
 
@@ -639,6 +659,7 @@ void pvrt_ult_block(void (*post)(struct pvrt_worker *, void *), void *arg)
 
 bool pvrt_ult_try_yield_to(struct pvrt_ult *u)
 {
+	PVRT_RT_SCOPE();
 	struct pvrt_worker *w = pvrt_tls_worker;
 	struct pvrt_ult *self = w ? w->cur : NULL;
 	if (!self || !u || u == self || bound_elsewhere(u, w))
@@ -654,6 +675,7 @@ bool pvrt_ult_try_yield_to(struct pvrt_ult *u)
 
 bool pvrt_ult_can_yield_to(const struct pvrt_ult *u)
 {
+	PVRT_RT_SCOPE();
 	struct pvrt_worker *w = pvrt_worker_cur();
 	struct pvrt_ult *self = w ? w->cur : NULL;
 	/* Relaxed: a hint; pvrt_ult_try_yield_to's CAS decides. */
@@ -663,12 +685,14 @@ bool pvrt_ult_can_yield_to(const struct pvrt_ult *u)
 
 struct pvrt_ult *pvrt_ult_current(void)
 {
+	PVRT_RT_SCOPE();
 	struct pvrt_worker *w = pvrt_tls_worker;
 	return w ? w->cur : NULL;
 }
 
 int pvrt_worker_vcpu(void)
 {
+	PVRT_RT_SCOPE();
 	struct pvrt_worker *w = pvrt_tls_worker;
 	return w ? (int)w->vcpu : pvhint_self_vcpu();
 }
@@ -705,7 +729,13 @@ static void ult_entry(void *arg)
 {
 	pvrt_after_switch();
 	struct pvrt_ult *u = arg;
-	ult_exit(u, u->fn(u->arg));
+	/* The switch left the switcher's depth: a fresh ULT starts outside the runtime. */
+	struct pvrt_m *m = pvrt_m_cur();
+	if (m)
+		__atomic_store_n(&m->inrt, 0, __ATOMIC_RELAXED);
+	void *r = u->fn(u->arg);
+	pvrt_rt_enter(); /* never left: the exit switch saves it */
+	ult_exit(u, r);
 }
 
 void pvrt_ult_init_primary(struct pvrt_ult *u)
@@ -717,17 +747,23 @@ void pvrt_ult_init_primary(struct pvrt_ult *u)
 	u->refs = 1;
 	u->id = 1;
 	u->state = ULT_RUNNING;
+	pvrt_san_thread_context(&u->ctx.san);
+}
+
+/* The calling thread's own stack and sanitizer fiber, for a context that runs on it. */
+void pvrt_san_thread_context(struct pvrt_san *s)
+{
 	pthread_attr_t a;
 	if (!pthread_getattr_np(pthread_self(), &a)) {
 		void *lo;
 		size_t sz;
 		if (!pthread_attr_getstack(&a, &lo, &sz)) {
-			u->ctx.san.bottom = lo;
-			u->ctx.san.size = sz;
+			s->bottom = lo;
+			s->size = sz;
 		}
 		pthread_attr_destroy(&a);
 	}
-	pvrt_san_fiber_current(&u->ctx.san);
+	pvrt_san_fiber_current(s);
 }
 
 struct pvrt_ult *pvrt_primary_alloc(void) PVRT_HIDDEN;
@@ -748,6 +784,7 @@ void pvrt_thread_attr_init(pvrt_thread_attr_t *a)
 int pvrt_thread_create(pvrt_thread_t *out, const pvrt_thread_attr_t *attr, void *(*fn)(void *),
 		       void *arg)
 {
+	PVRT_RT_SCOPE();
 	if (!fn)
 		return pvrt_fail(-EINVAL, "pvrt_thread_create: fn is NULL");
 	if (!__atomic_load_n(&pvrt_rt.running, __ATOMIC_ACQUIRE))
@@ -821,6 +858,7 @@ int pvrt_thread_create(pvrt_thread_t *out, const pvrt_thread_attr_t *attr, void 
 
 int pvrt_thread_join(pvrt_thread_t t, void **ret)
 {
+	PVRT_RT_SCOPE();
 	if (!t)
 		return pvrt_fail(-EINVAL, "pvrt_thread_join: NULL thread");
 	struct pvrt_ult *self = pvrt_ult_current();
@@ -850,6 +888,7 @@ int pvrt_thread_join(pvrt_thread_t t, void **ret)
 
 int pvrt_thread_detach(pvrt_thread_t t)
 {
+	PVRT_RT_SCOPE();
 	if (!t || (t->flags & (ULT_F_DETACHED | ULT_F_PRIMARY)))
 		return pvrt_fail(-EINVAL, "pvrt_thread_detach: not a joinable ULT");
 	/* The flag only guards against a later join on this handle; the reference does the work. */
@@ -860,6 +899,7 @@ int pvrt_thread_detach(pvrt_thread_t t)
 
 int pvrt_thread_yield(void)
 {
+	PVRT_RT_SCOPE();
 	struct pvrt_worker *w = pvrt_tls_worker;
 	if (!w || !w->cur)
 		return 0;
@@ -873,6 +913,7 @@ int pvrt_thread_yield(void)
 
 int pvrt_thread_yield_to(pvrt_thread_t t)
 {
+	PVRT_RT_SCOPE();
 	if (!pvrt_ult_current())
 		return pvrt_fail(-EPERM, "pvrt_thread_yield_to: not called from a ULT");
 	if (!pvrt_ult_try_yield_to(t))
@@ -892,6 +933,7 @@ uint64_t pvrt_thread_id(pvrt_thread_t t)
 
 int pvrt_thread_exit(void *ret)
 {
+	PVRT_RT_SCOPE();
 	struct pvrt_ult *self = pvrt_ult_current();
 	if (!self)
 		return pvrt_fail(-EPERM, "pvrt_thread_exit: not called from a ULT");
@@ -902,6 +944,7 @@ int pvrt_thread_exit(void *ret)
 
 int pvrt_thread_set_worker(int wi)
 {
+	PVRT_RT_SCOPE();
 	struct pvrt_ult *self = pvrt_ult_current();
 	if (!self)
 		return pvrt_fail(-EPERM, "pvrt_thread_set_worker: not called from a ULT");
@@ -925,6 +968,7 @@ int pvrt_thread_set_worker(int wi)
 
 int pvrt_thread_sleep(uint64_t ns)
 {
+	PVRT_RT_SCOPE();
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	uint64_t t = (uint64_t)ts.tv_nsec + ns % 1000000000ull;

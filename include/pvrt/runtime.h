@@ -42,6 +42,10 @@ struct pvrt_config {
 	int64_t timer_slack_ns; /* $PVRT_TIMER_SLACK_NS: timers may fire this late; default 50 us
 				 * (-1: none) */
 	int no_segv_handler;	/* 1: do not install the stack-overflow SIGSEGV handler */
+	int64_t slice_ns;	/* $PVRT_SLICE_NS: preempt a ULT that ran this long while others
+				 * wait; default 10 ms (-1 or "off": never) */
+	int64_t handoff_ns;	/* $PVRT_HANDOFF_NS: give the worker of a ULT blocked this long in
+				 * the kernel to a spare thread; default 1 ms (-1 or "off": never) */
 };
 
 /* Fill c with zeros (every field from the environment or its default). */
@@ -73,8 +77,22 @@ struct pvrt_stats {
 	uint64_t timer_adds;  /* timers started (sleeps, timed waits) */
 	uint64_t timer_arms;  /* programmings of a worker's timer deadline */
 	uint64_t timer_fires; /* expiries of a programmed deadline */
+	uint64_t preemptions; /* ULTs preempted at the end of their time slice */
+	uint64_t handoffs;    /* workers handed to a spare thread (a ULT blocked in the kernel) */
 };
 PVRT_API int pvrt_stats_get(struct pvrt_stats *s);
+/* The same counters for worker i alone. -EINVAL for a bad i. */
+PVRT_API int pvrt_stats_get_worker(unsigned i, struct pvrt_stats *s);
+
+/*
+ * Announce a system call that may block (optional, cheap: a store each): between the two, sysmon
+ * knows that a worker stuck on this ULT is blocked in the kernel without reading /proc, and
+ * pvrt_syscall_exit is where the thread finds out, when the call returns, that its worker was
+ * handed to another thread meanwhile (the ULT then continues on some worker). Calls that are not
+ * announced are found by sysmon all the same, a little later. No-ops outside ULTs.
+ */
+PVRT_API void pvrt_syscall_enter(void);
+PVRT_API void pvrt_syscall_exit(void);
 
 PVRT_END_DECLS
 

@@ -19,7 +19,9 @@
  *   - stuck >= PVRT_SLICE_NS and running: the preemption signal (preempt.c).
  * It sleeps on a futex when every worker is parked (and no M that lost its worker is still out):
  * an idle runtime costs nothing; a worker leaving its park wakes it (pvrt_sysmon_notify). While
- * it ticks, the tick grows from half the smaller threshold up to 10 ms when nothing needed it.
+ * it ticks, the tick is half the smaller threshold (50 us .. 1 ms) while some work waits behind
+ * a running ULT, and grows up to 2 ms while none does (detection then takes up to one such
+ * tick more).
  *
  * Taking a worker away (try_handoff) is a Dekker handshake with the M's runtime entries: sysmon
  * stores m->lost = 1, then fences, then reads m->inrt (the M's runtime depth) and the worker's
@@ -418,7 +420,7 @@ static void *sysmon_main(void *arg)
 	sigset_t all;
 	sigfillset(&all);
 	pthread_sigmask(SIG_SETMASK, &all, NULL);
-	uint64_t lo = pvrt_rt.slice, hi = 10000000;
+	uint64_t lo = pvrt_rt.slice, hi = 2000000;
 	if (pvrt_rt.handoff && (!lo || pvrt_rt.handoff < lo))
 		lo = pvrt_rt.handoff;
 	uint64_t base = lo / 2 < 50000 ? 50000 : lo / 2 > 1000000 ? 1000000 : lo / 2;
@@ -426,7 +428,7 @@ static void *sysmon_main(void *arg)
 	unsigned quiet = 0;
 	while (!__atomic_load_n(&sm_stop, __ATOMIC_ACQUIRE)) {
 		uint64_t now = pvrt_now_ns();
-		bool busy = false, acted = false;
+		bool busy = false, acted = false, waiting = false;
 		for (unsigned i = 0; i < pvrt_rt.nw; i++) {
 			struct pvrt_worker *w = pvrt_rt.w[i];
 			uint64_t sw = __atomic_load_n(&w->st_switches, __ATOMIC_RELAXED);
@@ -442,6 +444,7 @@ static void *sysmon_main(void *arg)
 			uint64_t stuck = now - w->sm_since;
 			if (!has_work(w, now))
 				continue;
+			waiting = true;
 			if (pvrt_rt.handoff && stuck >= pvrt_rt.handoff &&
 			    !pvhint_vcpu_preempted(pvrt_rt.hint, w->vcpu) &&
 			    try_handoff(w, m, sw)) {
@@ -469,7 +472,7 @@ static void *sysmon_main(void *arg)
 			quiet = 0;
 			continue;
 		}
-		if (acted) {
+		if (acted || waiting) {
 			tick = base;
 			quiet = 0;
 		} else if (++quiet >= 64 && tick < hi) {

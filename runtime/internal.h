@@ -277,43 +277,46 @@ void pvrt_m_lost(struct pvrt_m *m) PVRT_HIDDEN;
 /*
  * Runtime sections. Code that uses the calling worker's state (or a runtime lock) runs between
  * pvrt_rt_enter and pvrt_rt_leave: it is never preempted there (preempt.c), and sysmon never
- * hands its worker to another kernel thread meanwhile (sysmon.c). The depth belongs to the
- * running context: a switch saves it and the resumed context restores its own (ult.c). Entering
+ * hands its worker to another kernel thread meanwhile (sysmon.c). Leaving restores the depth
+ * saved at entry, on whatever thread the context then runs: a context resumed after a switch
+ * inherits the switcher's depth (at least 1: switches happen in the runtime) until its own
+ * sections leave, so the depth is always the running context's. Entering
  * is also where a kernel thread that lost its worker while blocked in the kernel notices it.
  * The M side is a plain store and load: sysmon's side has the fence (membarrier), else a fence
  * here.
  */
-static inline bool pvrt_rt_enter(void)
+static inline int pvrt_rt_enter(void)
 {
 	struct pvrt_m *m = pvrt_tls_m;
 	if (!m)
-		return false;
-	__atomic_store_n(&m->inrt, __atomic_load_n(&m->inrt, __ATOMIC_RELAXED) + 1,
-			 __ATOMIC_RELAXED);
+		return -1;
+	uint32_t d = __atomic_load_n(&m->inrt, __ATOMIC_RELAXED);
+	__atomic_store_n(&m->inrt, d + 1, __ATOMIC_RELAXED);
 	if (unlikely(!pvrt_rt.asym_fence))
 		__atomic_thread_fence(__ATOMIC_SEQ_CST);
 	else
 		__atomic_signal_fence(__ATOMIC_SEQ_CST);
 	if (unlikely(__atomic_load_n(&m->lost, __ATOMIC_ACQUIRE)))
 		pvrt_m_lost(m);
-	return true;
+	return (int)d;
 }
 
-void pvrt_rt_leave_slow(void) PVRT_HIDDEN;
-static inline void pvrt_rt_leave(bool entered)
+/* Restores the depth saved by the matching enter, on the thread the context runs on now. */
+void pvrt_rt_leave_slow(uint32_t depth) PVRT_HIDDEN;
+static inline void pvrt_rt_leave(int depth)
 {
-	if (entered)
-		pvrt_rt_leave_slow();
+	if (depth >= 0)
+		pvrt_rt_leave_slow((uint32_t)depth);
 }
 
-static inline void pvrt_rt_scope_end(bool *entered)
+static inline void pvrt_rt_scope_end(int *depth)
 {
-	pvrt_rt_leave(*entered);
+	pvrt_rt_leave(*depth);
 }
 
 /* The rest of the enclosing block is a runtime section. */
 #define PVRT_RT_SCOPE()                                                                            \
-	bool pvrt_rt_entered_ __attribute__((cleanup(pvrt_rt_scope_end), unused)) = pvrt_rt_enter()
+	int pvrt_rt_depth_ __attribute__((cleanup(pvrt_rt_scope_end), unused)) = pvrt_rt_enter()
 
 /* ---- preempt.c ---- */
 int pvrt_preempt_init(void) PVRT_HIDDEN;

@@ -144,10 +144,9 @@ static void preempt_handler(int sig, siginfo_t *si, void *ucv)
 	if (m) {
 		/* Received: sysmon may send the next one (one at a time, or they would nest). */
 		__atomic_store_n(&m->kicked, 0, __ATOMIC_RELAXED);
-		uint32_t depth = __atomic_load_n(&m->inrt, __ATOMIC_RELAXED);
 		/* Entering notices a lost worker too: the ULT then resumes here on another thread.
 		 */
-		bool entered = pvrt_rt_enter();
+		int depth = pvrt_rt_enter();
 		struct pvrt_worker *w = pvrt_tls_worker;
 		if (w && depth == 0 && w->cur &&
 		    __atomic_load_n(&w->preempt_seq, __ATOMIC_RELAXED) ==
@@ -157,7 +156,7 @@ static void preempt_handler(int sig, siginfo_t *si, void *ucv)
 			PVRT_STAT_INC(w, st_preempts);
 			pvrt_thread_yield();
 		}
-		pvrt_rt_leave(entered);
+		pvrt_rt_leave(depth);
 		if (pvrt_m_cur() != m) {
 			/* Migrated: sigreturn must not install the old thread's alternate stack. */
 			stack_t cur;

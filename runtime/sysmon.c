@@ -60,13 +60,12 @@ __attribute__((noinline)) struct pvrt_m *pvrt_m_cur(void)
 	return pvrt_tls_m;
 }
 
-void pvrt_rt_leave_slow(void)
+void pvrt_rt_leave_slow(uint32_t depth)
 {
 	/* The context may have moved to another kernel thread since it entered. */
 	struct pvrt_m *m = pvrt_m_cur();
 	if (m) /* NULL once pvrt_finalize has freed the Ms */
-		__atomic_store_n(&m->inrt, __atomic_load_n(&m->inrt, __ATOMIC_RELAXED) - 1,
-				 __ATOMIC_RELAXED);
+		__atomic_store_n(&m->inrt, depth, __ATOMIC_RELAXED);
 }
 
 #define ALTSTACK (64u * 1024)

@@ -604,23 +604,16 @@ static void switch_ctx(struct pvrt_worker *w, struct pvrt_ctxrec *from, struct p
 	if (to)
 		to->last = (int)w->idx;
 	PVRT_STAT_INC(w, st_switches);
-	/* The runtime depth is the context's: ours comes back with us, wherever we resume. */
-	uint32_t depth = pvrt_tls_m ? pvrt_tls_m->inrt : 0;
 	pvrt_san_switch(&from->san, &tc->san, dying);
 	pvrt_ctx_switch(&from->sp, tc->sp);
-	struct pvrt_m *m = pvrt_m_cur();
-	if (m)
-		__atomic_store_n(&m->inrt, depth, __ATOMIC_RELAXED);
 	pvrt_after_switch();
 }
 
 /* A thread that lost its worker leaves 'self' for its own scheduler context (sysmon.c). */
 void pvrt_switch_home(struct pvrt_ult *self, struct pvrt_m *m)
 {
-	uint32_t depth = m->inrt;
 	pvrt_san_switch(&self->ctx.san, &m->home.san, 0);
 	pvrt_ctx_switch(&self->ctx.sp, m->home.sp);
-	__atomic_store_n(&pvrt_m_cur()->inrt, depth, __ATOMIC_RELAXED);
 	pvrt_after_switch();
 }
 

@@ -494,7 +494,7 @@ static void *worker_main(void *arg)
 	}
 	pvrt_san_thread_context(&w->sched.san);
 	m->home.san = w->sched.san;
-	w->cur = NULL;
+	__atomic_store_n(&w->cur, NULL, __ATOMIC_RELAXED); /* sysmon samples it */
 	pvrt_sched_loop(w);
 	pvrt_m_idle(m); /* returns at once when stopping; else after losing the worker */
 	if (m->emu)

@@ -64,8 +64,10 @@ void pvrt_rt_leave_slow(uint32_t depth)
 {
 	/* The context may have moved to another kernel thread since it entered. */
 	struct pvrt_m *m = pvrt_m_cur();
-	if (m) /* NULL once pvrt_finalize has freed the Ms */
-		__atomic_store_n(&m->inrt, depth, __ATOMIC_RELAXED);
+	/* Release: what the section did is visible to sysmon once it reads the depth (acquire) and
+	 * takes the worker. m is NULL once pvrt_finalize has freed the Ms. */
+	if (m)
+		__atomic_store_n(&m->inrt, depth, __ATOMIC_RELEASE);
 }
 
 #define ALTSTACK (64u * 1024)
@@ -106,7 +108,7 @@ int pvrt_m_register(struct pvrt_m *m, bool is_main)
 {
 	(void)is_main;
 	__atomic_store_n(&m->statfd, open("/proc/thread-self/stat", O_RDONLY | O_CLOEXEC),
-			 __ATOMIC_RELAXED);
+			 __ATOMIC_RELEASE);
 	__atomic_store_n(&m->tid, (pid_t)syscall(SYS_gettid), __ATOMIC_RELEASE);
 	pvrt_tls_m = m;
 	return 0;
@@ -226,12 +228,10 @@ static struct pvrt_m *get_spare(void)
 	s = pvrt_alloc(sizeof(*s));
 	if (!s)
 		return NULL;
-	if (pthread_create(&s->thread, NULL, spare_main, s)) {
-		pvrt_free(s, sizeof(*s));
+	pvrt_m_add(s, false); /* before the thread registers itself (statfd); freed at finalize */
+	if (pthread_create(&s->thread, NULL, spare_main, s))
 		return NULL;
-	}
-	s->spare = 1;
-	pvrt_m_add(s, false);
+	s->spare = 1; /* joined at finalize */
 	return s;
 }
 
@@ -346,7 +346,7 @@ static bool blocked(struct pvrt_m *m)
 {
 	if (__atomic_load_n(&m->insys, __ATOMIC_RELAXED))
 		return true;
-	int fd = __atomic_load_n(&m->statfd, __ATOMIC_RELAXED);
+	int fd = __atomic_load_n(&m->statfd, __ATOMIC_ACQUIRE);
 	if (fd < 0)
 		return false;
 	char buf[512];
@@ -369,7 +369,8 @@ static bool try_handoff(struct pvrt_worker *w, struct pvrt_m *m, uint64_t sw)
 {
 	__atomic_store_n(&m->lost, 1, __ATOMIC_SEQ_CST);
 	asym_fence();
-	if (__atomic_load_n(&m->inrt, __ATOMIC_RELAXED) ||
+	/* Acquire: pairs with the release of the M's last leave (its writes to the worker). */
+	if (__atomic_load_n(&m->inrt, __ATOMIC_ACQUIRE) ||
 	    __atomic_load_n(&w->st_switches, __ATOMIC_RELAXED) != sw || !blocked(m))
 		goto undo;
 	struct pvrt_m *s = get_spare();

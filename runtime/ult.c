@@ -600,7 +600,7 @@ static void switch_ctx(struct pvrt_worker *w, struct pvrt_ctxrec *from, struct p
 	struct pvrt_ctxrec *tc = to ? &to->ctx : &w->sched;
 	w->post_fn = post;
 	w->post_arg = arg;
-	w->cur = to;
+	__atomic_store_n(&w->cur, to, __ATOMIC_RELAXED); /* sysmon samples it */
 	if (to)
 		to->last = (int)w->idx;
 	PVRT_STAT_INC(w, st_switches);
@@ -724,8 +724,8 @@ static void ult_entry(void *arg)
 	struct pvrt_ult *u = arg;
 	/* The switch left the switcher's depth: a fresh ULT starts outside the runtime. */
 	struct pvrt_m *m = pvrt_m_cur();
-	if (m)
-		__atomic_store_n(&m->inrt, 0, __ATOMIC_RELAXED);
+	if (m) /* release: as pvrt_rt_leave_slow */
+		__atomic_store_n(&m->inrt, 0, __ATOMIC_RELEASE);
 	void *r = u->fn(u->arg);
 	pvrt_rt_enter(); /* never left: the exit switch saves it */
 	ult_exit(u, r);

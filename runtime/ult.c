@@ -609,7 +609,11 @@ static void switch_ctx(struct pvrt_worker *w, struct pvrt_ctxrec *from, struct p
 	pvrt_after_switch();
 }
 
-/* A thread that lost its worker leaves 'self' for its own scheduler context (sysmon.c). */
+/*
+ * A thread that lost its worker leaves 'self' for its own scheduler context (sysmon.c). Whatever
+ * switch_ctx does per switch besides the stack (the M:N mode's thread pointer) belongs here too:
+ * the home context runs with the kernel thread's own.
+ */
 void pvrt_switch_home(struct pvrt_ult *self, struct pvrt_m *m)
 {
 	pvrt_san_switch(&self->ctx.san, &m->home.san, 0);

@@ -245,6 +245,7 @@ struct pvrt_rt {
 	int sysmon_on;
 	uint32_t sm_word PVRT_ALIGNED; /* futex: sysmon sleeps (1) or ticks (0) */
 	int asym_fence;		       /* membarrier() works: the M side needs no fence */
+	int entry_fence;	       /* hand-offs on without membarrier: entries fence */
 };
 
 extern struct pvrt_rt pvrt_rt PVRT_HIDDEN;
@@ -283,7 +284,7 @@ void pvrt_m_lost(struct pvrt_m *m) PVRT_HIDDEN;
  * sections leave, so the depth is always the running context's. Entering
  * is also where a kernel thread that lost its worker while blocked in the kernel notices it.
  * The M side is a plain store and load: sysmon's side has the fence (membarrier), else a fence
- * here.
+ * here (only while hand-offs are on).
  */
 static inline int pvrt_rt_enter(void)
 {
@@ -292,7 +293,7 @@ static inline int pvrt_rt_enter(void)
 		return -1;
 	uint32_t d = __atomic_load_n(&m->inrt, __ATOMIC_RELAXED);
 	__atomic_store_n(&m->inrt, d + 1, __ATOMIC_RELAXED);
-	if (unlikely(!pvrt_rt.asym_fence))
+	if (unlikely(pvrt_rt.entry_fence))
 		__atomic_thread_fence(__ATOMIC_SEQ_CST);
 	else
 		__atomic_signal_fence(__ATOMIC_SEQ_CST);
@@ -325,6 +326,7 @@ void pvrt_preempt_fini(void) PVRT_HIDDEN;
 bool pvrt_preempt_kick(struct pvrt_worker *w, struct pvrt_m *m) PVRT_HIDDEN;
 
 /* ---- sysmon.c ---- */
+void pvrt_sysmon_prepare(void) PVRT_HIDDEN;
 int pvrt_sysmon_start(void) PVRT_HIDDEN;
 void pvrt_sysmon_stop(void) PVRT_HIDDEN;
 void pvrt_sysmon_notify(void) PVRT_HIDDEN; /* a worker left its park */

@@ -660,6 +660,7 @@ int pvrt_init(const struct pvrt_config *c)
 		w0->owner->emu = 1;
 	}
 	pvrt_tls_worker = w0;
+	pvrt_sysmon_prepare();
 	r = pvrt_preempt_init();
 	if (r) {
 		teardown_primary();

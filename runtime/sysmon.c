@@ -60,10 +60,12 @@ __attribute__((noinline)) struct pvrt_m *pvrt_m_cur(void)
 	return pvrt_tls_m;
 }
 
-void pvrt_rt_leave_slow(uint32_t depth)
+/* Not inlined: the context may have moved to another kernel thread since it entered, and a fresh
+ * call reads this thread's pointer anew (as pvrt_m_cur). */
+__attribute__((noinline)) void pvrt_rt_leave_slow(uint32_t depth)
 {
-	/* The context may have moved to another kernel thread since it entered. */
-	struct pvrt_m *m = pvrt_m_cur();
+	__asm__ volatile("" ::: "memory");
+	struct pvrt_m *m = pvrt_tls_m;
 	/* Release: what the section did is visible to sysmon once it reads the depth (acquire) and
 	 * takes the worker. m is NULL once pvrt_finalize has freed the Ms. */
 	if (m)
@@ -333,12 +335,13 @@ void pvrt_syscall_exit(void)
 
 /* ---------------------------------------------------------------- sysmon */
 
-static void asym_fence(void)
+/* False if the barrier failed: the M side then had none, and the hand-off must not go on. */
+static bool asym_fence(void)
 {
 	if (pvrt_rt.asym_fence)
-		syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0);
-	else
-		__atomic_thread_fence(__ATOMIC_SEQ_CST);
+		return syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) == 0;
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	return true;
 }
 
 /* Is m's thread blocked in the kernel (state S or D)? */
@@ -368,9 +371,8 @@ static bool has_work(struct pvrt_worker *w, uint64_t now)
 static bool try_handoff(struct pvrt_worker *w, struct pvrt_m *m, uint64_t sw)
 {
 	__atomic_store_n(&m->lost, 1, __ATOMIC_SEQ_CST);
-	asym_fence();
 	/* Acquire: pairs with the release of the M's last leave (its writes to the worker). */
-	if (__atomic_load_n(&m->inrt, __ATOMIC_ACQUIRE) ||
+	if (!asym_fence() || __atomic_load_n(&m->inrt, __ATOMIC_ACQUIRE) ||
 	    __atomic_load_n(&w->st_switches, __ATOMIC_RELAXED) != sw || !blocked(m))
 		goto undo;
 	struct pvrt_m *s = get_spare();
@@ -492,16 +494,24 @@ void pvrt_sysmon_notify(void)
 		futex_wake(&pvrt_rt.sm_word);
 }
 
+/* Before any worker runs: the entries read entry_fence. */
+void pvrt_sysmon_prepare(void)
+{
+	pvrt_rt.asym_fence = 0;
+#if !defined(PVRT_TSAN)
+	/* TSan does not know that membarrier orders the entries: they fence instead there. */
+	if (pvrt_rt.handoff)
+		pvrt_rt.asym_fence =
+		    syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
+#endif
+	pvrt_rt.entry_fence = pvrt_rt.handoff && !pvrt_rt.asym_fence;
+}
+
 int pvrt_sysmon_start(void)
 {
 	pvrt_rt.sysmon_on = 0;
 	if (!pvrt_rt.slice && !pvrt_rt.handoff)
 		return 0;
-#if !defined(PVRT_TSAN)
-	/* TSan does not know that membarrier orders the entries: they fence instead there. */
-	pvrt_rt.asym_fence =
-	    syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
-#endif
 	__atomic_store_n(&sm_stop, 0, __ATOMIC_RELAXED);
 	sigset_t all, old;
 	sigfillset(&all);

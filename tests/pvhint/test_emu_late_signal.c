@@ -62,9 +62,8 @@ static void *spinner(void *arg)
 
 int main(void)
 {
-	CHECK(!pvhint_open(&(struct pvhint_options){.source = "emu",
-						     .emu = "vcpus=2,pcpus=1,quantum=2ms"},
-			   &h));
+	CHECK(!pvhint_open(
+	    &(struct pvhint_options){.source = "emu", .emu = "vcpus=2,pcpus=1,quantum=2ms"}, &h));
 	CHECK(!pipe(pfd));
 	pthread_t a, b;
 	CHECK(!pthread_create(&a, NULL, spinner, NULL));

@@ -154,6 +154,8 @@ static void preempt_handler(int sig, siginfo_t *si, void *ucv)
 		    pc_ok(uc_pc(uc)) && mask_ok(uc)) {
 			__atomic_store_n(&w->preempt_seq, 0, __ATOMIC_RELAXED);
 			PVRT_STAT_INC(w, st_preempts);
+			/* An announcement belongs to the ULT's call, not to the next ULT here. */
+			__atomic_store_n(&m->insys, 0, __ATOMIC_RELAXED);
 			pvrt_thread_yield();
 		}
 		pvrt_rt_leave(depth);

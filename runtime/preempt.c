@@ -37,7 +37,8 @@
  *
  * TSan runs signal handlers at its own interception points rather than where the signal lands,
  * so a switch from the handler would resume TSan in another fiber's middle: preemption is off in
- * TSan builds. ASan follows the switch (the fiber annotations of the yield path).
+ * TSan builds. valgrind's signal frames restore its whole guest state, thread pointer included:
+ * off under valgrind too. ASan follows the switch (the fiber annotations of the yield path).
  */
 #define _GNU_SOURCE
 #include "internal.h"

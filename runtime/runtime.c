@@ -259,6 +259,11 @@ static int configure(const struct pvrt_config *c, struct settings *s)
 #if defined(PVRT_TSAN)
 	s->slice = 0;
 #endif
+	/* valgrind's signal frames hold the whole guest state, thread pointer included: a ULT
+	 * preempted on one thread would return from the handler with that thread's TLS on another.
+	 */
+	if (pvrt_san_on_valgrind())
+		s->slice = 0;
 	return parse_ns_off(c->handoff_ns, "PVRT_HANDOFF_NS", 1000000, 50000, &s->handoff);
 }
 

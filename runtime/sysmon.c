@@ -230,6 +230,8 @@ static struct pvrt_m *get_spare(void)
 	s = pvrt_alloc(sizeof(*s));
 	if (!s)
 		return NULL;
+	/* In the runtime (a scheduler context) until it runs a ULT: never taken before that. */
+	s->inrt = 1;
 	pvrt_m_add(s, false); /* before the thread registers itself (statfd); freed at finalize */
 	if (pthread_create(&s->thread, NULL, spare_main, s))
 		return NULL;
@@ -382,6 +384,8 @@ static bool try_handoff(struct pvrt_worker *w, struct pvrt_m *m, uint64_t sw)
 	 */
 	m->lost_ult = __atomic_load_n(&w->cur, __ATOMIC_RELAXED);
 	m->home = w->sched;
+	/* Until the spare runs a ULT, nothing runs on w for sysmon to look at. */
+	__atomic_store_n(&w->cur, NULL, __ATOMIC_RELAXED);
 	__atomic_store_n(&w->owner, s, __ATOMIC_RELAXED);
 	__atomic_fetch_add(&w->st_handoffs, 1, __ATOMIC_RELAXED);
 	__atomic_store_n(&m->lost, 2, __ATOMIC_RELEASE);

@@ -42,9 +42,11 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -117,7 +119,7 @@ REAL(int, pthread_spin_trylock, pthread_spinlock_t *)
 REAL(int, pthread_spin_unlock, pthread_spinlock_t *)
 REAL(int, pthread_create, pthread_t *, const pthread_attr_t *, void *(*)(void *), void *)
 
-/* Calls into glibc keep errno as glibc leaves it; ours never touch it (pvrt_futex saves it). */
+/* Calls into glibc keep errno as glibc leaves it; ours never touch it (rt_futex saves it). */
 #define CALL_REAL(name, ...) (get_##name()(__VA_ARGS__))
 
 /* ---- mutex ---- */
@@ -569,7 +571,16 @@ static void write_stats(void)
 			break;
 		rn += (size_t)k;
 	}
-	int fd = open(stats_file, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+	/* Never through a symbolic link (it could point anywhere), never a FIFO or a device
+	 * (O_NONBLOCK: opening a FIFO nobody reads must not hang the exit). */
+	int fd = open(stats_file,
+		      O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0600);
+	struct stat st;
+	if (fd >= 0 && (fstat(fd, &st) || !S_ISREG(st.st_mode))) {
+		close(fd);
+		fd = -1;
+		errno = EINVAL;
+	}
 	if (fd >= 0) {
 		/* One write per process: lines of concurrent processes do not interleave. */
 		struct iovec iov[2] = {{buf, n}, {rbuf, rn}};
@@ -618,7 +629,7 @@ static void env_warn(const char *fmt, ...)
  * reported and means pvrt (the value pvrt-run never sets, so a hand-written typo). */
 static void parse_locks_env(void)
 {
-	const char *locks = getenv("PVRT_LOCKS");
+	const char *locks = secure_getenv("PVRT_LOCKS");
 	if (!locks || !*locks || !strcmp(locks, "pvrt"))
 		return;
 	if (!strcmp(locks, "glibc")) {
@@ -629,12 +640,45 @@ static void parse_locks_env(void)
 		 locks);
 }
 
+/*
+ * export= makes this process's emulator publish its page in a file. Programs it starts load the
+ * preload again and would each open an emulator exporting to the same path: only this process,
+ * the emulator's owner, exports. The key is cut out of the PVRT_EMU string in place, because
+ * programs such as bash pass on the environment main() received, not a setenv() copy. Called
+ * once the default handle is open, before any thread.
+ */
+static void drop_export_from_env(void)
+{
+	extern char **environ;
+	for (char **ep = environ; ep && *ep; ep++) {
+		if (strncmp(*ep, "PVRT_EMU=", 9))
+			continue;
+		char *w = *ep + 9, *r = w;
+		bool first = true;
+		while (*r) {
+			size_t len = strcspn(r, ",");
+			bool skip = !strncmp(r + strspn(r, " "), "export=", 7);
+			if (!skip) {
+				if (!first)
+					*w++ = ',';
+				memmove(w, r, len);
+				w += len;
+				first = false;
+			}
+			r += len;
+			if (*r == ',')
+				r++;
+		}
+		*w = 0;
+	}
+}
+
 __attribute__((constructor)) static void preload_init(void)
 {
 	int saved = errno;
 	pthread_atfork(NULL, NULL, preload_atfork_child);
 	parse_locks_env();
-	const char *sf = getenv("PVRT_STATS_FILE");
+	const char *sf = secure_getenv("PVRT_STATS_FILE");
 	if (sf && *sf) {
 		stats_file = strdup(sf);
 		/* Before any counting. Failing that, each process writes its own counts at exit
@@ -655,6 +699,7 @@ __attribute__((constructor)) static void preload_init(void)
 		env_warn("%s; using hint source none", pvhint_errmsg());
 		h = NULL;
 	}
+	drop_export_from_env();
 	if (h && strcmp(pvhint_source_name(h), "emu") == 0) {
 		pthread_key_create(&detach_key, detach_at_exit);
 		/* Release: the handle is complete before pthread_create reads it. */

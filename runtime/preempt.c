@@ -148,7 +148,7 @@ static void preempt_handler(int sig, siginfo_t *si, void *ucv)
 		/* Entering notices a lost worker too: the ULT then resumes here on another thread.
 		 */
 		int depth = pvrt_rt_enter();
-		struct pvrt_worker *w = pvrt_tls_worker;
+		struct pvrt_worker *w = rt_tls_worker;
 		if (w && depth == 0 && w->cur &&
 		    __atomic_load_n(&w->preempt_seq, __ATOMIC_RELAXED) ==
 			__atomic_load_n(&w->st_switches, __ATOMIC_RELAXED) + 1 &&

@@ -130,7 +130,7 @@ static void take(struct pvrt_m *m, struct pvrt_worker *w)
 	w->sched.san = m->home.san;
 	w->sched.san.asan_fake = NULL;
 	__atomic_store_n(&w->cur, NULL, __ATOMIC_RELAXED);
-	pvrt_tls_worker = w;
+	rt_tls_worker = w;
 	__atomic_store_n(&m->inrt, 1, __ATOMIC_RELAXED); /* a scheduler context is runtime */
 	pvrt_sched_loop(w);
 }
@@ -270,7 +270,7 @@ void pvrt_m_lost(struct pvrt_m *m)
 	 * from here on must not start this again. */
 	struct pvrt_ult *self = m->lost_ult;
 	__atomic_store_n(&m->lost, 0, __ATOMIC_RELAXED);
-	pvrt_tls_worker = NULL;
+	rt_tls_worker = NULL;
 	if (m->emu) {
 		pvhint_emu_detach(pvrt_rt.hint);
 		m->emu = 0;
@@ -298,7 +298,7 @@ static void post_give_main(struct pvrt_worker *w, void *arg)
 {
 	struct pvrt_m *m = pvrt_m_cur(), *mm = pvrt_rt.main_m;
 	pvrt_ult_ready(arg); /* onto w (worker 0, where it is bound): the main thread runs it */
-	pvrt_tls_worker = NULL;
+	rt_tls_worker = NULL;
 	__atomic_store_n(&w->owner, mm, __ATOMIC_RELEASE);
 	__atomic_store_n(&w->cur, NULL, __ATOMIC_RELAXED);
 	(void)m;
@@ -310,7 +310,7 @@ void pvrt_primary_home(void)
 	struct pvrt_m *m = pvrt_tls_m;
 	if (!m || m->main)
 		return;
-	struct pvrt_worker *w = pvrt_tls_worker;
+	struct pvrt_worker *w = rt_tls_worker;
 	struct pvrt_ult *self = w->cur;
 	/* To this thread's scheduler context, which hands worker 0 (and us) to the main thread. */
 	pvrt_switch(w, &self->ctx, NULL, post_give_main, self);
@@ -433,7 +433,7 @@ static void *sysmon_main(void *arg)
 	uint64_t tick = base;
 	unsigned quiet = 0;
 	while (!__atomic_load_n(&sm_stop, __ATOMIC_ACQUIRE)) {
-		uint64_t now = pvrt_now_ns();
+		uint64_t now = os_now_ns();
 		bool busy = false, acted = false, waiting = false;
 		for (unsigned i = 0; i < pvrt_rt.nw; i++) {
 			struct pvrt_worker *w = pvrt_rt.w[i];

@@ -30,8 +30,14 @@ PVRT_BEGIN_DECLS
 
 #define PVRT_MAX_WORKERS 256
 
-/* Zero or NULL fields take the value of the environment variable named, else the default. */
+/*
+ * Zero or NULL fields take the value of the environment variable named, else the default.
+ * 'size' is the struct's size as the program was compiled (pvrt_config_init sets it): fields
+ * are only ever appended, and a library newer than the program takes the default for fields
+ * past 'size'. Initialise with pvrt_config_init() or PVRT_CONFIG_INIT.
+ */
 struct pvrt_config {
+	uint32_t size;		/* sizeof(struct pvrt_config); 0 (not initialised): -EINVAL */
 	unsigned workers;	/* $PVRT_WORKERS; default: number of CPUs in 'cpus' */
 	const char *cpus;	/* $PVRT_CPUS, e.g. "0-3,6"; default: the affinity mask */
 	size_t stack_size;	/* $PVRT_STACK_SIZE (bytes, k/m suffix); default 64 KiB */
@@ -48,26 +54,47 @@ struct pvrt_config {
 				 * the kernel to a spare thread; default 1 ms (-1 or "off": never) */
 };
 
-/* Fill c with zeros (every field from the environment or its default). */
-PVRT_API void pvrt_config_init(struct pvrt_config *c);
+/* Every field from the environment or its default (C and C++). Lists every field (-Wextra
+ * warns about a missing one): extend it with the struct. */
+#define PVRT_CONFIG_INIT                                                                           \
+	{                                                                                          \
+		sizeof(struct pvrt_config), 0, NULL, 0, NULL, 0, 0, NULL, 0, 0, 0, 0               \
+	}
 
-/* Start the runtime (c may be NULL). -EBUSY if already running, -EINVAL for a bad setting. */
+/* Set c to PVRT_CONFIG_INIT. Inline: the size is the program's.
+ * Context: any. */
+static inline void pvrt_config_init(struct pvrt_config *c)
+{
+	const struct pvrt_config z = PVRT_CONFIG_INIT;
+	*c = z;
+}
+
+/* Start the runtime (c may be NULL). -EBUSY if already running, -EINVAL for a bad setting.
+ * Context: thread (it becomes the primary ULT); fork only if the parent's runtime was not running.
+ */
 PVRT_API int pvrt_init(const struct pvrt_config *c);
 
-/* Stop it (see above). -EPERM unless called by the primary ULT; -ENXIO if not running. */
+/* Stop it (see above). -EPERM unless called by the primary ULT; -ENXIO if not running.
+ * Context: the primary ULT only. */
 PVRT_API int pvrt_finalize(void);
 
-/* Why the last pvrt call on this thread failed. */
+/* Why the last pvrt call on this thread failed.
+ * Context: any. */
 PVRT_API const char *pvrt_errmsg(void);
 
-/* Number of workers (0 when not running). */
+/* Number of workers (0 when not running).
+ * Context: any. */
 PVRT_API unsigned pvrt_nworkers(void);
 
-/* Index of the worker running the caller, or -1 for a foreign thread. */
+/* Index of the worker running the caller, or -1 for a foreign thread.
+ * Context: any. */
 PVRT_API int pvrt_worker_self(void);
 
-/* Counters summed over workers since init. */
+/* Counters summed over workers since init. Fields are only ever appended; 'size' says how many
+ * bytes the library filled (a library older than the program leaves the fields past them 0). */
 struct pvrt_stats {
+	uint32_t size;	/* out: bytes filled */
+	uint32_t flags; /* out: 0 (reserved) */
 	uint64_t ults_created;
 	uint64_t switches;
 	uint64_t steals;
@@ -80,9 +107,25 @@ struct pvrt_stats {
 	uint64_t preemptions; /* ULTs preempted at the end of their time slice */
 	uint64_t handoffs;    /* workers handed to a spare thread (a ULT blocked in the kernel) */
 };
-PVRT_API int pvrt_stats_get(struct pvrt_stats *s);
-/* The same counters for worker i alone. -EINVAL for a bad i. */
-PVRT_API int pvrt_stats_get_worker(unsigned i, struct pvrt_stats *s);
+/* Fill the first 'size' bytes of *s (size: the program's sizeof(struct pvrt_stats)). -EINVAL for
+ * NULL or a size below the header, -ENXIO when the runtime is not running.
+ * Context: ULT, thread. */
+PVRT_API int pvrt_stats_read(struct pvrt_stats *s, size_t size);
+/* pvrt_stats_read with the program's size.
+ * Context: ULT, thread. */
+static inline int pvrt_stats_get(struct pvrt_stats *s)
+{
+	return pvrt_stats_read(s, sizeof(*s));
+}
+/* The same counters for worker i alone; -EINVAL also for a bad i.
+ * Context: ULT, thread. */
+PVRT_API int pvrt_stats_read_worker(unsigned i, struct pvrt_stats *s, size_t size);
+/* pvrt_stats_read_worker with the program's size.
+ * Context: ULT, thread. */
+static inline int pvrt_stats_get_worker(unsigned i, struct pvrt_stats *s)
+{
+	return pvrt_stats_read_worker(i, s, sizeof(*s));
+}
 
 /*
  * Announce a system call that may block (optional, cheap: a store each): between the two, sysmon
@@ -90,8 +133,11 @@ PVRT_API int pvrt_stats_get_worker(unsigned i, struct pvrt_stats *s);
  * pvrt_syscall_exit is where the thread finds out, when the call returns, that its worker was
  * handed to another thread meanwhile (the ULT then continues on some worker). Calls that are not
  * announced are found by sysmon all the same, a little later. No-ops outside ULTs.
+ * Context: ULT, thread.
  */
 PVRT_API void pvrt_syscall_enter(void);
+/* The end of an announced call (see pvrt_syscall_enter).
+ * Context: ULT, thread. */
 PVRT_API void pvrt_syscall_exit(void);
 
 PVRT_END_DECLS

@@ -11,6 +11,7 @@
  */
 #define _GNU_SOURCE
 #include "check.h"
+#include "pvrt_os.h"
 
 #include <pvrt/pvhint.h>
 
@@ -24,8 +25,8 @@ static int stop_spinner;
 
 static void spin_ms(uint64_t ms)
 {
-	uint64_t t0 = test_now_ns();
-	while (test_now_ns() - t0 < ms * 1000000u)
+	uint64_t t0 = os_now_ns();
+	while (os_now_ns() - t0 < ms * 1000000u)
 		;
 }
 

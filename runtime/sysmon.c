@@ -43,7 +43,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <linux/futex.h>
 #include <linux/membarrier.h>
 #include <sched.h>
 #include <stdlib.h>
@@ -75,20 +74,6 @@ __attribute__((noinline)) void pvrt_rt_leave_slow(uint32_t depth)
 #define ALTSTACK (64u * 1024)
 
 static uint32_t sm_stop;
-
-static void futex_wait(uint32_t *w, uint32_t v, const struct timespec *rel)
-{
-	int saved = errno;
-	syscall(SYS_futex, w, FUTEX_WAIT | FUTEX_PRIVATE_FLAG, v, rel, NULL, 0);
-	errno = saved;
-}
-
-static void futex_wake(uint32_t *w)
-{
-	int saved = errno;
-	syscall(SYS_futex, w, FUTEX_WAKE | FUTEX_PRIVATE_FLAG, 1, NULL, NULL, 0);
-	errno = saved;
-}
 
 /* ---------------------------------------------------------------- kernel threads */
 
@@ -140,7 +125,7 @@ static void give(struct pvrt_m *s, struct pvrt_worker *w)
 	__atomic_store_n(&s->give, w, __ATOMIC_RELAXED);
 	/* Release: the taker sees the worker as we left it. */
 	__atomic_store_n(&s->park, 1, __ATOMIC_RELEASE);
-	futex_wake(&s->park);
+	os_futex_wake(&s->park, 1);
 }
 
 /* Wait to be given a worker; NULL when the runtime stops. */
@@ -156,7 +141,7 @@ static struct pvrt_worker *wait_given(struct pvrt_m *m)
 		}
 		if (!m->main && __atomic_load_n(&pvrt_rt.stop, __ATOMIC_ACQUIRE))
 			return NULL;
-		futex_wait(&m->park, 0, NULL);
+		os_futex_wait(&m->park, 0, NULL);
 	}
 }
 
@@ -472,7 +457,7 @@ static void *sysmon_main(void *arg)
 			 * notify's seq_cst load. */
 			__atomic_store_n(&pvrt_rt.sm_word, 1, __ATOMIC_SEQ_CST);
 			if (all_parked() && !__atomic_load_n(&sm_stop, __ATOMIC_ACQUIRE))
-				futex_wait(&pvrt_rt.sm_word, 1, NULL);
+				os_futex_wait(&pvrt_rt.sm_word, 1, NULL);
 			__atomic_store_n(&pvrt_rt.sm_word, 0, __ATOMIC_RELAXED);
 			tick = base;
 			quiet = 0;
@@ -486,7 +471,7 @@ static void *sysmon_main(void *arg)
 			quiet = 0;
 		}
 		struct timespec ts = {.tv_sec = 0, .tv_nsec = (long)tick};
-		futex_wait(&sm_stop, 0, &ts);
+		os_futex_wait(&sm_stop, 0, &ts);
 	}
 	return NULL;
 }
@@ -495,7 +480,7 @@ void pvrt_sysmon_notify(void)
 {
 	if (__atomic_load_n(&pvrt_rt.sm_word, __ATOMIC_SEQ_CST) &&
 	    __atomic_exchange_n(&pvrt_rt.sm_word, 0, __ATOMIC_RELAXED))
-		futex_wake(&pvrt_rt.sm_word);
+		os_futex_wake(&pvrt_rt.sm_word, 1);
 }
 
 /* Before any worker runs: the entries read entry_fence. */
@@ -532,9 +517,9 @@ void pvrt_sysmon_stop(void)
 {
 	if (pvrt_rt.sysmon_on) {
 		__atomic_store_n(&sm_stop, 1, __ATOMIC_RELEASE);
-		futex_wake(&sm_stop);
+		os_futex_wake(&sm_stop, 1);
 		__atomic_store_n(&pvrt_rt.sm_word, 0, __ATOMIC_SEQ_CST);
-		futex_wake(&pvrt_rt.sm_word);
+		os_futex_wake(&pvrt_rt.sm_word, 1);
 		pthread_join(pvrt_rt.sysmon, NULL);
 		pvrt_rt.sysmon_on = 0;
 	}
@@ -543,7 +528,7 @@ void pvrt_sysmon_stop(void)
 	for (struct pvrt_m *m = pvrt_rt.ms; m; m = m->next)
 		if (!m->main) {
 			__atomic_store_n(&m->park, 1, __ATOMIC_RELEASE);
-			futex_wake(&m->park);
+			os_futex_wake(&m->park, 1);
 		}
 	pvrt_lock_release(&pvrt_rt.mlock);
 }

@@ -30,6 +30,7 @@
 #include <pvrt/lockstat.h>
 #include <pvrt/mutex.h>
 #include <pvrt/pvhint.h>
+#include <pvrt/runtime.h>
 #include <pvrt/rwlock.h>
 #include <pvrt/spinlock.h>
 
@@ -46,6 +47,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #define EXPORT __attribute__((visibility("default")))
@@ -552,6 +554,23 @@ static void write_stats(void)
 			break;
 		n += (size_t)k;
 	}
+	/* Per worker, when ULTs run here (M:N mode): pvrt-run prints them as a second table. */
+	unsigned nw = pvrt_nworkers();
+	char rbuf[PVRT_MAX_WORKERS * 96];
+	size_t rn = 0;
+	for (unsigned i = 0; i < nw; i++) {
+		struct pvrt_stats ws;
+		if (pvrt_stats_get_worker(i, &ws))
+			break;
+		int k =
+		    snprintf(rbuf + rn, sizeof(rbuf) - rn, "worker%u %llu %llu %llu %llu %llu\n", i,
+			     (unsigned long long)ws.switches, (unsigned long long)ws.steals,
+			     (unsigned long long)ws.preemptions, (unsigned long long)ws.handoffs,
+			     (unsigned long long)ws.ults_created);
+		if (k < 0 || (size_t)k >= sizeof(rbuf) - rn)
+			break;
+		rn += (size_t)k;
+	}
 	/* Never through a symbolic link (it could point anywhere), never a FIFO or a device
 	 * (O_NONBLOCK: opening a FIFO nobody reads must not hang the exit). */
 	int fd = open(stats_file,
@@ -564,7 +583,8 @@ static void write_stats(void)
 	}
 	if (fd >= 0) {
 		/* One write per process: lines of concurrent processes do not interleave. */
-		ssize_t w = write(fd, buf, n);
+		struct iovec iov[2] = {{buf, n}, {rbuf, rn}};
+		ssize_t w = writev(fd, iov, 2);
 		(void)w;
 		close(fd);
 	} else {

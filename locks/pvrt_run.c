@@ -8,6 +8,8 @@
  * emulated vCPU. --stats prints, when PROGRAM exits, per lock class:
  * acquisitions, contended acquisitions, spins cut short because the owner's
  * vCPU was preempted, parks and hand-offs (summed over PROGRAM's processes).
+ * When ULTs ran in PROGRAM (M:N mode), --stats also prints per worker: ULT switches, steals,
+ * preemptions, hand-offs of the worker for a ULT blocked in the kernel, and ULTs created.
  * --locks=glibc keeps glibc's locks (everything else unchanged, e.g. thread placement under
  * --emu): the baseline for comparisons under the emulator.
  *
@@ -88,6 +90,8 @@ static int find_preload(char *out, size_t n)
 	return is_file(out) ? 0 : -1;
 }
 
+#define PVRT_RUN_WORKERS 256 /* PVRT_MAX_WORKERS */
+
 struct sums {
 	char name[64];
 	unsigned long long v[5];
@@ -101,7 +105,7 @@ static void print_stats(const char *path)
 				"something without the preload, or exit with _exit?)\n");
 		return;
 	}
-	struct sums s[16];
+	struct sums s[16 + PVRT_RUN_WORKERS];
 	int ns = 0;
 	char name[64];
 	unsigned long long v[5];
@@ -112,7 +116,7 @@ static void print_stats(const char *path)
 			if (!strcmp(s[i].name, name))
 				break;
 		if (i == ns) {
-			if (ns == 16)
+			if (ns == 16 + PVRT_RUN_WORKERS)
 				continue;
 			memset(&s[ns], 0, sizeof(s[ns]));
 			snprintf(s[ns].name, sizeof(s[ns].name), "%s", name);
@@ -124,9 +128,24 @@ static void print_stats(const char *path)
 	fclose(f);
 	fprintf(stderr, "pvrt-run: lock statistics\n%-9s %14s %12s %12s %12s %10s\n", "class",
 		"acquisitions", "contended", "spin-cut", "parks", "hand-offs");
-	for (int i = 0; i < ns; i++)
+	bool workers = false;
+	for (int i = 0; i < ns; i++) {
+		if (!strncmp(s[i].name, "worker", 6)) {
+			workers = true;
+			continue;
+		}
 		fprintf(stderr, "%-9s %14llu %12llu %12llu %12llu %10llu\n", s[i].name, s[i].v[0],
 			s[i].v[1], s[i].v[2], s[i].v[3], s[i].v[4]);
+	}
+	if (!workers)
+		return;
+	/* Written by the preload when ULTs ran (M:N mode), one line per worker. */
+	fprintf(stderr, "pvrt-run: runtime statistics\n%-9s %14s %12s %12s %12s %10s\n", "worker",
+		"switches", "steals", "preemptions", "hand-offs", "ULTs");
+	for (int i = 0; i < ns; i++)
+		if (!strncmp(s[i].name, "worker", 6))
+			fprintf(stderr, "%-9s %14llu %12llu %12llu %12llu %10llu\n", s[i].name + 6,
+				s[i].v[0], s[i].v[1], s[i].v[2], s[i].v[3], s[i].v[4]);
 }
 
 int main(int argc, char **argv)

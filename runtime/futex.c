@@ -218,6 +218,7 @@ static int thread_wait(uint32_t *addr, uint32_t expected, clockid_t clk,
 
 int rt_futex_wait(uint32_t *addr, uint32_t expected, clockid_t clk, const struct timespec *abstime)
 {
+	PVRT_RT_SCOPE();
 	if (clk != CLOCK_REALTIME && clk != CLOCK_MONOTONIC)
 		return -EINVAL;
 	if (abstime && !os_timespec_valid(abstime))
@@ -249,6 +250,7 @@ static void wake_one(struct waiter *wr)
 
 int rt_futex_wake(uint32_t *addr, int n)
 {
+	PVRT_RT_SCOPE();
 	if (n <= 0)
 		return 0;
 	struct bucket *b = bucket_of(addr);
@@ -276,6 +278,7 @@ int rt_futex_wake(uint32_t *addr, int n)
 
 int rt_futex_wake_hinted(uint32_t *addr, const pvhint_t *h)
 {
+	PVRT_RT_SCOPE();
 	if (!(h->valid & (PVHINT_VALID_PREEMPTED | PVHINT_VALID_IS_IDLE)))
 		return rt_futex_wake(addr, 1); /* nothing to choose by */
 	struct bucket *b = bucket_of(addr);

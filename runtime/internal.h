@@ -70,6 +70,7 @@ enum pvrt_ult_state {
 
 struct pvrt_timer;
 struct pvrt_worker;
+struct pvrt_m;
 
 struct pvrt_ult {
 	struct pvrt_ctxrec ctx;
@@ -173,6 +174,38 @@ struct pvrt_worker {
 	/* Statistics (owner writes; relaxed reads by pvrt_stats_get). */
 	uint64_t st_created, st_switches, st_steals, st_parks, st_unparks, st_polls_found;
 	uint64_t st_timer_adds, st_timer_arms, st_timer_fires;
+
+	/* Preemption and hand-off (sysmon.c, preempt.c). */
+	struct pvrt_m *owner; /* kernel thread running this worker's scheduler (sysmon hands it) */
+	uint64_t preempt_seq; /* sysmon's request: st_switches + 1 when sent, 0 none */
+	uint64_t sm_switches; /* sysmon's last sample of st_switches */
+	uint64_t sm_since;    /* when that sample first took this value */
+	uint64_t st_preempts, st_handoffs;
+} PVRT_ALIGNED;
+
+/*
+ * A kernel thread that can run a worker's scheduler: Go's M to the worker's P (sysmon.c). Workers'
+ * own threads, the thread that called pvrt_init and spares created for hand-offs.
+ */
+struct pvrt_m {
+	uint32_t inrt;		   /* runtime depth of the running context (pvrt_rt_enter) */
+	uint32_t insys;		   /* in an announced system call (pvrt_syscall_enter) */
+	uint32_t lost;		   /* 0, 1 sysmon is taking its worker, 2 taken (see sysmon.c) */
+	uint32_t park;		   /* futex word of a spare waiting for a worker */
+	uint32_t kicked;	   /* a preemption signal is on its way to this thread */
+	struct pvrt_worker *give;  /* worker given to this spare */
+	struct pvrt_ult *lost_ult; /* the ULT it ran when its worker was taken */
+	struct pvrt_ult *post_ult; /* that ULT, readied by the home context */
+	struct pvrt_ctxrec home;   /* its scheduler context (saved there once it lost its worker) */
+	pid_t tid;
+	int statfd; /* /proc/thread-self/stat, read by sysmon; -1 */
+	int emu;    /* attached to the emulator's vCPU of its worker */
+	int main;   /* the thread that called pvrt_init: only ever takes worker 0 back */
+	int spare;  /* started by sysmon */
+	pthread_t thread;
+	void *altstack;
+	struct pvrt_m *next; /* every M, under pvrt_rt.mlock */
+	struct pvrt_m *spare_next;
 } PVRT_ALIGNED;
 
 struct pvrt_rt {
@@ -203,6 +236,20 @@ struct pvrt_rt {
 	struct sigaction old_segv;
 	stack_t old_altstack;
 	cpu_set_t old_affinity;
+
+	/* Preemption and hand-off (sysmon.c, preempt.c). */
+	uint64_t slice;	  /* preemption time slice, ns; 0: off */
+	uint64_t handoff; /* hand a worker stuck this long in the kernel to a spare, ns; 0: off */
+	int preempt_anywhere; /* not only in the executable: ULTs own their TLS (M:N mode) */
+	int preempt_sig;
+	struct pvrt_lock mlock;
+	struct pvrt_m *ms, *spares, *main_m;
+	unsigned nspares;
+	pthread_t sysmon;
+	int sysmon_on;
+	uint32_t sm_word PVRT_ALIGNED; /* futex: sysmon sleeps (1) or ticks (0) */
+	int asym_fence;		       /* membarrier() works: the M side needs no fence */
+	int entry_fence;	       /* hand-offs on without membarrier: entries fence */
 };
 
 extern struct pvrt_rt pvrt_rt PVRT_HIDDEN;
@@ -217,6 +264,77 @@ extern struct pvrt_rt pvrt_rt PVRT_HIDDEN;
  * thread-local address (or the thread pointer itself) in a register across a call.
  */
 struct pvrt_worker *pvrt_worker_cur(void) PVRT_HIDDEN;
+
+/* ---- sysmon.c: kernel threads, hand-off ---- */
+extern __thread struct pvrt_m *pvrt_tls_m __attribute__((tls_model("initial-exec"))) PVRT_HIDDEN;
+struct pvrt_m *pvrt_m_cur(void) PVRT_HIDDEN; /* read again after a switch, like pvrt_worker_cur */
+void pvrt_m_lost(struct pvrt_m *m) PVRT_HIDDEN;
+
+/*
+ * Runtime sections. Code that uses the calling worker's state (or a runtime lock) runs between
+ * pvrt_rt_enter and pvrt_rt_leave: it is never preempted there (preempt.c), and sysmon never
+ * hands its worker to another kernel thread meanwhile (sysmon.c). Leaving restores the depth
+ * saved at entry, on whatever thread the context then runs: a context resumed after a switch
+ * inherits the switcher's depth (at least 1: switches happen in the runtime) until its own
+ * sections leave, so the depth is always the running context's. Entering
+ * is also where a kernel thread that lost its worker while blocked in the kernel notices it.
+ * The M side is a plain store and load: sysmon's side has the fence (membarrier), else a fence
+ * here (only while hand-offs are on).
+ */
+static inline int pvrt_rt_enter(void)
+{
+	struct pvrt_m *m = pvrt_tls_m;
+	if (!m)
+		return -1;
+	uint32_t d = __atomic_load_n(&m->inrt, __ATOMIC_RELAXED);
+	__atomic_store_n(&m->inrt, d + 1, __ATOMIC_RELAXED);
+	if (unlikely(pvrt_rt.entry_fence))
+		__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	else
+		__atomic_signal_fence(__ATOMIC_SEQ_CST);
+	if (unlikely(__atomic_load_n(&m->lost, __ATOMIC_ACQUIRE)))
+		pvrt_m_lost(m);
+	return (int)d;
+}
+
+/* Restores the depth saved by the matching enter, on the thread the context runs on now. */
+void pvrt_rt_leave_slow(uint32_t depth) PVRT_HIDDEN;
+static inline void pvrt_rt_leave(int depth)
+{
+	if (depth >= 0)
+		pvrt_rt_leave_slow((uint32_t)depth);
+}
+
+static inline void pvrt_rt_scope_end(int *depth)
+{
+	pvrt_rt_leave(*depth);
+}
+
+/* The rest of the enclosing block is a runtime section. */
+#define PVRT_RT_SCOPE()                                                                            \
+	int pvrt_rt_depth_ __attribute__((cleanup(pvrt_rt_scope_end), unused)) = pvrt_rt_enter()
+
+/* ---- preempt.c ---- */
+int pvrt_preempt_init(void) PVRT_HIDDEN;
+void pvrt_preempt_fini(void) PVRT_HIDDEN;
+/* Ask the kernel thread running w's current ULT to preempt it; false if it could not be sent. */
+bool pvrt_preempt_kick(struct pvrt_worker *w, struct pvrt_m *m) PVRT_HIDDEN;
+
+/* ---- sysmon.c ---- */
+void pvrt_sysmon_prepare(void) PVRT_HIDDEN;
+int pvrt_sysmon_start(void) PVRT_HIDDEN;
+void pvrt_sysmon_stop(void) PVRT_HIDDEN;
+void pvrt_sysmon_notify(void) PVRT_HIDDEN; /* a worker left its park */
+void pvrt_m_add(struct pvrt_m *m, bool is_main) PVRT_HIDDEN;
+int pvrt_m_register(struct pvrt_m *m, bool is_main) PVRT_HIDDEN;
+void pvrt_spares_join(void) PVRT_HIDDEN;
+const sigset_t *pvrt_preempt_base_mask(void) PVRT_HIDDEN;
+void pvrt_switch_home(struct pvrt_ult *self, struct pvrt_m *m) PVRT_HIDDEN;
+void pvrt_m_home_resumed(void) PVRT_HIDDEN;
+void pvrt_san_thread_context(struct pvrt_san *s) PVRT_HIDDEN;
+void pvrt_m_idle(struct pvrt_m *m) PVRT_HIDDEN; /* a worker's thread left its worker's loop */
+void pvrt_ms_fini(void) PVRT_HIDDEN;
+void pvrt_primary_home(void) PVRT_HIDDEN; /* finalize: back to the thread that called init */
 
 /* ---- ult.c ---- */
 /* Make a BLOCKED (or fresh, or claimed) ULT ready; any thread. */

@@ -25,6 +25,7 @@ static struct pvrt_lock keys_lock;
 
 int pvrt_key_create(pvrt_key_t *key, void (*destructor)(void *))
 {
+	PVRT_RT_SCOPE();
 	if (!key)
 		return pvrt_fail(-EINVAL, "pvrt_key_create: key is NULL");
 	pvrt_lock_acquire(&keys_lock);
@@ -55,6 +56,7 @@ static bool key_live(pvrt_key_t key)
 
 int pvrt_key_delete(pvrt_key_t key)
 {
+	PVRT_RT_SCOPE();
 	pvrt_lock_acquire(&keys_lock);
 	if (!key_live(key)) {
 		pvrt_lock_release(&keys_lock);

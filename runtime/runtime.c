@@ -119,7 +119,31 @@ struct settings {
 	uint64_t poll_min, poll_max;
 	int eager;
 	uint64_t slack;
+	uint64_t slice, handoff;
 };
+
+/* PVRT_SLICE_NS / PVRT_HANDOFF_NS: a number of ns in [min, 10 s], or 0 / "off". */
+static int parse_ns_off(int64_t given, const char *name, uint64_t def, uint64_t min, uint64_t *out)
+{
+	const char *e;
+	*out = def;
+	if (given == -1) {
+		*out = 0;
+	} else if (given) {
+		*out = (uint64_t)given;
+	} else if ((e = env_or(NULL, name))) {
+		if (!strcmp(e, "off"))
+			*out = 0;
+		else if (parse_u64(e, out, false))
+			return failf(-EINVAL, "%s: '%s' is not a number of ns (or 0, off)", name,
+				     e);
+	}
+	if (given < -1 || (*out && (*out < min || *out > 10000000000ull)))
+		return failf(-EINVAL, "%s: out of range (%s)", name,
+			     min == 100000 ? "100 us .. 10 s, or 0/off"
+					   : "50 us .. 10 s, or 0/off");
+	return 0;
+}
 
 static int configure(const struct pvrt_config *c, struct settings *s)
 {
@@ -227,7 +251,19 @@ static int configure(const struct pvrt_config *c, struct settings *s)
 			return failf(-EINVAL, "PVRT_TIMER_SLACK_NS: '%s' is not a number of ns%s",
 				     e, "");
 	}
-	return 0;
+	/* Preemption: 10 ms, Go's forcePreemptNS (see README). TSan: off, see preempt.c. */
+	int r = parse_ns_off(c->slice_ns, "PVRT_SLICE_NS", 10000000, 100000, &s->slice);
+	if (r)
+		return r;
+#if defined(PVRT_TSAN)
+	s->slice = 0;
+#endif
+	/* valgrind's signal frames hold the whole guest state, thread pointer included: a ULT
+	 * preempted on one thread would return from the handler with that thread's TLS on another.
+	 */
+	if (pvrt_san_on_valgrind())
+		s->slice = 0;
+	return parse_ns_off(c->handoff_ns, "PVRT_HANDOFF_NS", 1000000, 50000, &s->handoff);
 }
 
 /* ---------------------------------------------------------------- stack overflow */
@@ -398,6 +434,7 @@ static void idle(struct pvrt_worker *w)
 	if (__atomic_compare_exchange_n(&w->park_word, &one, 0, 0, __ATOMIC_ACQ_REL,
 					__ATOMIC_RELAXED))
 		__atomic_fetch_sub(&pvrt_rt.nparked, 1, __ATOMIC_RELAXED);
+	pvrt_sysmon_notify(); /* it sleeps while every worker is parked */
 
 	if (contended)
 		return;
@@ -417,6 +454,8 @@ static void idle(struct pvrt_worker *w)
 
 void pvrt_sched_loop(struct pvrt_worker *w)
 {
+	if (pvrt_worker_cur() != w)
+		return; /* a fresh scheduler context whose thread lost the worker (sysmon.c) */
 	for (;;) {
 		struct pvrt_ult *u = pvrt_local_next(w);
 		if (!u && pvrt_timers_run(w, os_now_ns()))
@@ -426,6 +465,8 @@ void pvrt_sched_loop(struct pvrt_worker *w)
 		if (u) {
 			pvrt_switch(w, &w->sched, u, NULL, NULL);
 			w = pvrt_worker_cur();
+			if (unlikely(!w))
+				return; /* this thread lost the worker: it becomes a spare */
 			continue;
 		}
 		/* Worker 0 never stops here: the primary is running whenever stop is set. */
@@ -439,34 +480,34 @@ static void sched_entry(void *arg)
 {
 	pvrt_after_switch();
 	pvrt_sched_loop(arg);
-	abort(); /* unreachable: see pvrt_sched_loop */
+	/* The main thread lost worker 0 (sysmon.c): it waits to take it back at finalize. */
+	pvrt_m_idle(pvrt_m_cur());
+	abort(); /* unreachable: the main thread's pvrt_m_idle never returns */
 }
 
 static void *worker_main(void *arg)
 {
 	struct pvrt_worker *w = arg;
+	struct pvrt_m *m = w->owner;
+	pvrt_m_register(m, false);
+	__atomic_store_n(&m->inrt, 1, __ATOMIC_RELAXED); /* a scheduler context is runtime */
 	rt_tls_worker = w;
 	stack_t old;
 	altstack_on(w, &old);
-	if (pvrt_rt.emu)
+	if (pvrt_rt.emu) {
 		pvhint_emu_attach(pvrt_rt.hint, w->vcpu);
-	pthread_attr_t a;
-	if (!pthread_getattr_np(pthread_self(), &a)) {
-		void *lo;
-		size_t sz;
-		if (!pthread_attr_getstack(&a, &lo, &sz)) {
-			w->sched.san.bottom = lo;
-			w->sched.san.size = sz;
-		}
-		pthread_attr_destroy(&a);
+		m->emu = 1;
 	}
-	pvrt_san_fiber_current(&w->sched.san);
-	w->cur = NULL;
+	pvrt_san_thread_context(&w->sched.san);
+	m->home.san = w->sched.san;
+	__atomic_store_n(&w->cur, NULL, __ATOMIC_RELAXED); /* sysmon samples it */
 	pvrt_sched_loop(w);
-	if (pvrt_rt.emu)
+	pvrt_m_idle(m); /* returns at once when stopping; else after losing the worker */
+	if (m->emu)
 		pvhint_emu_detach(pvrt_rt.hint);
 	altstack_off(w, &old);
 	rt_tls_worker = NULL;
+	pvrt_tls_m = NULL;
 	return NULL;
 }
 
@@ -483,6 +524,8 @@ static void free_workers(unsigned n)
 	}
 	pvrt_free(pvrt_rt.w, pvrt_rt.nw * sizeof(*pvrt_rt.w));
 	pvrt_rt.w = NULL;
+	pvrt_preempt_fini();
+	pvrt_ms_fini();
 }
 
 static void *sched0_stack;
@@ -492,10 +535,12 @@ static void stop_workers(unsigned started)
 {
 	/* Seq_cst store, then look at park words: pairs with idle()'s fence (no lost wake-up). */
 	__atomic_store_n(&pvrt_rt.stop, 1, __ATOMIC_SEQ_CST);
+	pvrt_sysmon_stop();
 	for (unsigned i = 1; i < started; i++)
 		pvrt_wake_worker(i);
 	for (unsigned i = 1; i < started; i++)
 		pthread_join(pvrt_rt.w[i]->thread, NULL);
+	pvrt_spares_join();
 }
 
 static void teardown_primary(void)
@@ -547,6 +592,8 @@ int pvrt_init(const struct pvrt_config *c)
 	pvrt_rt.poll_max = s.poll_max;
 	pvrt_rt.eager_timers = s.eager;
 	pvrt_rt.timer_slack = s.slack;
+	pvrt_rt.slice = s.slice;
+	pvrt_rt.handoff = s.handoff;
 	pvrt_rt.w = pvrt_alloc(s.nw * sizeof(*pvrt_rt.w));
 	if (!pvrt_rt.w)
 		goto nomem;
@@ -558,6 +605,13 @@ int pvrt_init(const struct pvrt_config *c)
 			goto nomem;
 		}
 		pvrt_rt.w[i] = w;
+		w->owner = pvrt_alloc(sizeof(*w->owner));
+		if (!w->owner) {
+			pvrt_rt.nw = i + 1;
+			free_workers(i + 1);
+			goto nomem;
+		}
+		pvrt_m_add(w->owner, i == 0);
 		w->idx = i;
 		w->cpu = s.cpus[i % s.ncpus];
 		unsigned nv = pvhint_nr_vcpus(h);
@@ -585,6 +639,8 @@ int pvrt_init(const struct pvrt_config *c)
 	w0->sched.san.size = SCHED_STACK - ps;
 	pvrt_san_fiber_create(&w0->sched.san);
 	w0->sched.sp = pvrt_ctx_make((char *)sched0_stack + SCHED_STACK, sched_entry, w0);
+	w0->owner->home.san = w0->sched.san;
+	pvrt_m_register(w0->owner, true);
 	w0->cur = p;
 	w0->thread = pthread_self();
 	pthread_getaffinity_np(pthread_self(), sizeof(pvrt_rt.old_affinity), &pvrt_rt.old_affinity);
@@ -603,9 +659,20 @@ int pvrt_init(const struct pvrt_config *c)
 			pvrt_rt.segv_installed = 1;
 		altstack_on(w0, &pvrt_rt.old_altstack);
 	}
-	if (pvrt_rt.emu)
+	if (pvrt_rt.emu) {
 		pvhint_emu_attach(h, w0->vcpu);
+		w0->owner->emu = 1;
+	}
 	rt_tls_worker = w0;
+	pvrt_sysmon_prepare();
+	r = pvrt_preempt_init();
+	if (r) {
+		teardown_primary();
+		pvrt_pool_fini();
+		free_workers(s.nw);
+		pthread_mutex_unlock(&life_lock);
+		return r;
+	}
 	/* Release: workers and creators that see 'running' see the whole runtime. */
 	__atomic_store_n(&pvrt_rt.running, 1, __ATOMIC_RELEASE);
 
@@ -629,6 +696,16 @@ int pvrt_init(const struct pvrt_config *c)
 			return pvrt_fail(-r, "pvrt_init: cannot start a worker thread");
 		}
 	}
+	r = pvrt_sysmon_start();
+	if (r) {
+		stop_workers(s.nw);
+		teardown_primary();
+		pvrt_pool_fini();
+		free_workers(s.nw);
+		__atomic_store_n(&pvrt_rt.running, 0, __ATOMIC_RELEASE);
+		pthread_mutex_unlock(&life_lock);
+		return r;
+	}
 	pthread_mutex_unlock(&life_lock);
 	return 0;
 nomem:
@@ -638,6 +715,7 @@ nomem:
 
 int pvrt_finalize(void)
 {
+	PVRT_RT_SCOPE();
 	if (!__atomic_load_n(&pvrt_rt.running, __ATOMIC_ACQUIRE))
 		return pvrt_fail(-ENXIO, "pvrt_finalize: the runtime is not running");
 	if (rt_ult_current() != pvrt_rt.primary)
@@ -656,6 +734,7 @@ int pvrt_finalize(void)
 			break;
 		pvrt_keys_run_destructors(&pvrt_rt.primary->keys);
 	}
+	pvrt_primary_home(); /* after a hand-off of worker 0 it may run on another thread */
 	pthread_mutex_lock(&life_lock);
 	stop_workers(pvrt_rt.nw);
 	/* The last exiting ULT on worker 0 may have left its stack to a post action that ran
@@ -680,15 +759,9 @@ int pvrt_worker_self(void)
 	return w ? (int)w->idx : -1;
 }
 
-int pvrt_stats_read(struct pvrt_stats *out, size_t size)
+static void sum_workers(struct pvrt_stats *s, unsigned lo, unsigned hi)
 {
-	if (!out || size < offsetof(struct pvrt_stats, ults_created))
-		return pvrt_fail(-EINVAL, "pvrt_stats_read: NULL or size below the header");
-	struct pvrt_stats st = {0}, *s = &st;
-	int r = 0;
-	if (!__atomic_load_n(&pvrt_rt.running, __ATOMIC_ACQUIRE))
-		r = pvrt_fail(-ENXIO, "pvrt_stats_read: the runtime is not running");
-	for (unsigned i = 0; !r && i < pvrt_rt.nw; i++) {
+	for (unsigned i = lo; i < hi; i++) {
 		struct pvrt_worker *w = pvrt_rt.w[i];
 #define LD(f) __atomic_load_n(&w->f, __ATOMIC_RELAXED)
 		s->ults_created += LD(st_created);
@@ -700,8 +773,38 @@ int pvrt_stats_read(struct pvrt_stats *out, size_t size)
 		s->timer_adds += LD(st_timer_adds);
 		s->timer_arms += LD(st_timer_arms);
 		s->timer_fires += LD(st_timer_fires);
+		s->preemptions += LD(st_preempts);
+		s->handoffs += LD(st_handoffs);
 #undef LD
 	}
-	out->size = (uint32_t)os_sized_out(out, size, s, sizeof(*s));
+}
+
+int pvrt_stats_read(struct pvrt_stats *out, size_t size)
+{
+	if (!out || size < offsetof(struct pvrt_stats, ults_created))
+		return pvrt_fail(-EINVAL, "pvrt_stats_read: NULL or size below the header");
+	struct pvrt_stats st = {0};
+	int r = 0;
+	if (!__atomic_load_n(&pvrt_rt.running, __ATOMIC_ACQUIRE))
+		r = pvrt_fail(-ENXIO, "pvrt_stats_read: the runtime is not running");
+	else
+		sum_workers(&st, 0, pvrt_rt.nw);
+	out->size = (uint32_t)os_sized_out(out, size, &st, sizeof(st));
+	return r;
+}
+
+int pvrt_stats_read_worker(unsigned i, struct pvrt_stats *out, size_t size)
+{
+	if (!out || size < offsetof(struct pvrt_stats, ults_created))
+		return pvrt_fail(-EINVAL, "pvrt_stats_read_worker: NULL or size below the header");
+	struct pvrt_stats st = {0};
+	int r = 0;
+	if (!__atomic_load_n(&pvrt_rt.running, __ATOMIC_ACQUIRE))
+		r = pvrt_fail(-ENXIO, "pvrt_stats_read_worker: the runtime is not running");
+	else if (i >= pvrt_rt.nw)
+		r = pvrt_fail(-EINVAL, "pvrt_stats_read_worker: no such worker");
+	else
+		sum_workers(&st, i, i + 1);
+	out->size = (uint32_t)os_sized_out(out, size, &st, sizeof(st));
 	return r;
 }

@@ -102,4 +102,13 @@ static inline void pvrt_san_stack_deregister(unsigned id)
 #endif
 }
 
+static inline int pvrt_san_on_valgrind(void)
+{
+#if defined(PVRT_HAVE_VALGRIND)
+	return RUNNING_ON_VALGRIND != 0;
+#else
+	return 0;
+#endif
+}
+
 #endif /* PVRT_RUNTIME_SAN_H */

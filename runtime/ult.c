@@ -562,6 +562,7 @@ static void requeue(struct pvrt_worker *w, struct pvrt_ult *u)
 
 void pvrt_ult_ready(struct pvrt_ult *u)
 {
+	PVRT_RT_SCOPE();
 	struct pvrt_worker *w = rt_tls_worker;
 	unsigned target;
 	int b = ult_bound(u);
@@ -654,6 +655,10 @@ static struct pvrt_ult *pick_next(struct pvrt_worker *w)
 void pvrt_after_switch(void)
 {
 	struct pvrt_worker *w = pvrt_worker_cur();
+	if (unlikely(!w)) {
+		pvrt_m_home_resumed(); /* this thread lost its worker (sysmon.c) */
+		return;
+	}
 	pvrt_san_resumed(w->cur ? &w->cur->ctx.san : &w->sched.san);
 	void (*fn)(struct pvrt_worker *, void *) = w->post_fn;
 	if (fn) {
@@ -671,12 +676,24 @@ static void switch_ctx(struct pvrt_worker *w, struct pvrt_ctxrec *from, struct p
 		first_run(w, to);
 	w->post_fn = post;
 	w->post_arg = arg;
-	w->cur = to;
+	__atomic_store_n(&w->cur, to, __ATOMIC_RELAXED); /* sysmon samples it */
 	if (to)
 		to->last = (int)w->idx;
 	PVRT_STAT_INC(w, st_switches);
 	pvrt_san_switch(&from->san, &tc->san, dying);
 	pvrt_ctx_switch(&from->sp, tc->sp);
+	pvrt_after_switch();
+}
+
+/*
+ * A thread that lost its worker leaves 'self' for its own scheduler context (sysmon.c). Whatever
+ * switch_ctx does per switch besides the stack (the M:N mode's thread pointer) belongs here too:
+ * the home context runs with the kernel thread's own.
+ */
+void pvrt_switch_home(struct pvrt_ult *self, struct pvrt_m *m)
+{
+	pvrt_san_switch(&self->ctx.san, &m->home.san, 0);
+	pvrt_ctx_switch(&self->ctx.sp, m->home.sp);
 	pvrt_after_switch();
 }
 
@@ -715,6 +732,7 @@ void pvrt_ult_block(void (*post)(struct pvrt_worker *, void *), void *arg)
 
 bool rt_ult_try_yield_to(struct pvrt_ult *u)
 {
+	PVRT_RT_SCOPE();
 	struct pvrt_worker *w = rt_tls_worker;
 	struct pvrt_ult *self = w ? w->cur : NULL;
 	if (!self || !u || u == self || bound_elsewhere(u, w))
@@ -730,6 +748,7 @@ bool rt_ult_try_yield_to(struct pvrt_ult *u)
 
 bool rt_ult_can_yield_to(const struct pvrt_ult *u)
 {
+	PVRT_RT_SCOPE();
 	struct pvrt_worker *w = pvrt_worker_cur();
 	struct pvrt_ult *self = w ? w->cur : NULL;
 	/* Relaxed: a hint; rt_ult_try_yield_to's CAS decides. */
@@ -739,12 +758,14 @@ bool rt_ult_can_yield_to(const struct pvrt_ult *u)
 
 struct pvrt_ult *rt_ult_current(void)
 {
+	PVRT_RT_SCOPE();
 	struct pvrt_worker *w = rt_tls_worker;
 	return w ? w->cur : NULL;
 }
 
 int rt_worker_vcpu(void)
 {
+	PVRT_RT_SCOPE();
 	struct pvrt_worker *w = rt_tls_worker;
 	return w ? (int)w->vcpu : pvhint_self_vcpu();
 }
@@ -783,7 +804,13 @@ static void ult_entry(void *arg)
 {
 	pvrt_after_switch();
 	struct pvrt_ult *u = arg;
-	ult_exit(u, u->fn(u->arg));
+	/* The switch left the switcher's depth: a fresh ULT starts outside the runtime. */
+	struct pvrt_m *m = pvrt_m_cur();
+	if (m) /* release: as pvrt_rt_leave_slow */
+		__atomic_store_n(&m->inrt, 0, __ATOMIC_RELEASE);
+	void *r = u->fn(u->arg);
+	pvrt_rt_enter(); /* never left: the exit switch saves it */
+	ult_exit(u, r);
 }
 
 void pvrt_ult_init_primary(struct pvrt_ult *u)
@@ -795,17 +822,23 @@ void pvrt_ult_init_primary(struct pvrt_ult *u)
 	u->refs = 1;
 	u->id = 1;
 	u->state = ULT_RUNNING;
+	pvrt_san_thread_context(&u->ctx.san);
+}
+
+/* The calling thread's own stack and sanitizer fiber, for a context that runs on it. */
+void pvrt_san_thread_context(struct pvrt_san *s)
+{
 	pthread_attr_t a;
 	if (!pthread_getattr_np(pthread_self(), &a)) {
 		void *lo;
 		size_t sz;
 		if (!pthread_attr_getstack(&a, &lo, &sz)) {
-			u->ctx.san.bottom = lo;
-			u->ctx.san.size = sz;
+			s->bottom = lo;
+			s->size = sz;
 		}
 		pthread_attr_destroy(&a);
 	}
-	pvrt_san_fiber_current(&u->ctx.san);
+	pvrt_san_fiber_current(s);
 }
 
 struct pvrt_ult *pvrt_primary_alloc(void)
@@ -816,6 +849,7 @@ struct pvrt_ult *pvrt_primary_alloc(void)
 int pvrt_thread_create(pvrt_thread_t *out, const pvrt_thread_attr_t *attr, void *(*fn)(void *),
 		       void *arg)
 {
+	PVRT_RT_SCOPE();
 	if (!fn)
 		return pvrt_fail(-EINVAL, "pvrt_thread_create: fn is NULL");
 	if (!__atomic_load_n(&pvrt_rt.running, __ATOMIC_ACQUIRE))
@@ -899,6 +933,7 @@ int pvrt_thread_create(pvrt_thread_t *out, const pvrt_thread_attr_t *attr, void 
 
 int pvrt_thread_join(pvrt_thread_t t, void **ret)
 {
+	PVRT_RT_SCOPE();
 	if (!t)
 		return pvrt_fail(-EINVAL, "pvrt_thread_join: NULL thread");
 	struct pvrt_ult *self = rt_ult_current();
@@ -928,6 +963,7 @@ int pvrt_thread_join(pvrt_thread_t t, void **ret)
 
 int pvrt_thread_detach(pvrt_thread_t t)
 {
+	PVRT_RT_SCOPE();
 	if (!t || (t->flags & (ULT_F_DETACHED | ULT_F_PRIMARY)))
 		return pvrt_fail(-EINVAL, "pvrt_thread_detach: not a joinable ULT");
 	/* The flag only guards against a later join on this handle; the reference does the work. */
@@ -938,6 +974,7 @@ int pvrt_thread_detach(pvrt_thread_t t)
 
 int pvrt_thread_yield(void)
 {
+	PVRT_RT_SCOPE();
 	struct pvrt_worker *w = rt_tls_worker;
 	if (!w || !w->cur)
 		return 0;
@@ -951,6 +988,7 @@ int pvrt_thread_yield(void)
 
 int pvrt_thread_yield_to(pvrt_thread_t t)
 {
+	PVRT_RT_SCOPE();
 	if (!rt_ult_current())
 		return pvrt_fail(-EPERM, "pvrt_thread_yield_to: not called from a ULT");
 	if (!rt_ult_try_yield_to(t))
@@ -970,6 +1008,7 @@ uint64_t pvrt_thread_id(pvrt_thread_t t)
 
 int pvrt_thread_exit(void *ret)
 {
+	PVRT_RT_SCOPE();
 	struct pvrt_ult *self = rt_ult_current();
 	if (!self)
 		return pvrt_fail(-EPERM, "pvrt_thread_exit: not called from a ULT");
@@ -980,6 +1019,7 @@ int pvrt_thread_exit(void *ret)
 
 int pvrt_thread_set_worker(int wi)
 {
+	PVRT_RT_SCOPE();
 	struct pvrt_ult *self = rt_ult_current();
 	if (!self)
 		return pvrt_fail(-EPERM, "pvrt_thread_set_worker: not called from a ULT");
@@ -1003,6 +1043,7 @@ int pvrt_thread_set_worker(int wi)
 
 int pvrt_thread_sleep(uint64_t ns)
 {
+	PVRT_RT_SCOPE();
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	uint64_t t = (uint64_t)ts.tv_nsec + ns % 1000000000ull;

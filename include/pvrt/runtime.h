@@ -48,13 +48,17 @@ struct pvrt_config {
 	int64_t timer_slack_ns; /* $PVRT_TIMER_SLACK_NS: timers may fire this late; default 50 us
 				 * (-1: none) */
 	int no_segv_handler;	/* 1: do not install the stack-overflow SIGSEGV handler */
+	int64_t slice_ns;	/* $PVRT_SLICE_NS: preempt a ULT that ran this long while others
+				 * wait; default 10 ms (-1 or "off": never) */
+	int64_t handoff_ns;	/* $PVRT_HANDOFF_NS: give the worker of a ULT blocked this long in
+				 * the kernel to a spare thread; default 1 ms (-1 or "off": never) */
 };
 
 /* Every field from the environment or its default (C and C++). Lists every field (-Wextra
  * warns about a missing one): extend it with the struct. */
 #define PVRT_CONFIG_INIT                                                                           \
 	{                                                                                          \
-		sizeof(struct pvrt_config), 0, NULL, 0, NULL, 0, 0, NULL, 0, 0                     \
+		sizeof(struct pvrt_config), 0, NULL, 0, NULL, 0, 0, NULL, 0, 0, 0, 0               \
 	}
 
 /* Set c to PVRT_CONFIG_INIT. Inline: the size is the program's.
@@ -100,6 +104,8 @@ struct pvrt_stats {
 	uint64_t timer_adds;  /* timers started (sleeps, timed waits) */
 	uint64_t timer_arms;  /* programmings of a worker's timer deadline */
 	uint64_t timer_fires; /* expiries of a programmed deadline */
+	uint64_t preemptions; /* ULTs preempted at the end of their time slice */
+	uint64_t handoffs;    /* workers handed to a spare thread (a ULT blocked in the kernel) */
 };
 /* Fill the first 'size' bytes of *s (size: the program's sizeof(struct pvrt_stats)). -EINVAL for
  * NULL or a size below the header, -ENXIO when the runtime is not running.
@@ -111,6 +117,28 @@ static inline int pvrt_stats_get(struct pvrt_stats *s)
 {
 	return pvrt_stats_read(s, sizeof(*s));
 }
+/* The same counters for worker i alone; -EINVAL also for a bad i.
+ * Context: ULT, thread. */
+PVRT_API int pvrt_stats_read_worker(unsigned i, struct pvrt_stats *s, size_t size);
+/* pvrt_stats_read_worker with the program's size.
+ * Context: ULT, thread. */
+static inline int pvrt_stats_get_worker(unsigned i, struct pvrt_stats *s)
+{
+	return pvrt_stats_read_worker(i, s, sizeof(*s));
+}
+
+/*
+ * Announce a system call that may block (optional, cheap: a store each): between the two, sysmon
+ * knows that a worker stuck on this ULT is blocked in the kernel without reading /proc, and
+ * pvrt_syscall_exit is where the thread finds out, when the call returns, that its worker was
+ * handed to another thread meanwhile (the ULT then continues on some worker). Calls that are not
+ * announced are found by sysmon all the same, a little later. No-ops outside ULTs.
+ * Context: ULT, thread.
+ */
+PVRT_API void pvrt_syscall_enter(void);
+/* The end of an announced call (see pvrt_syscall_enter).
+ * Context: ULT, thread. */
+PVRT_API void pvrt_syscall_exit(void);
 
 PVRT_END_DECLS
 

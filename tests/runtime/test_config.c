@@ -79,9 +79,10 @@ static void sized_structs(void)
 
 int main(void)
 {
-	static const char *const vars[] = {"PVRT_WORKERS", "PVRT_CPUS",		 "PVRT_STACK_SIZE",
-					   "PVRT_SCHED",   "PVRT_POLL_MIN_NS",	 "PVRT_POLL_MAX_NS",
-					   "PVRT_TIMER",   "PVRT_TIMER_SLACK_NS"};
+	static const char *const vars[] = {
+	    "PVRT_WORKERS",	"PVRT_CPUS",	    "PVRT_STACK_SIZE", "PVRT_SCHED",
+	    "PVRT_POLL_MIN_NS", "PVRT_POLL_MAX_NS", "PVRT_TIMER",      "PVRT_TIMER_SLACK_NS",
+	    "PVRT_SLICE_NS",	"PVRT_HANDOFF_NS"};
 	for (unsigned i = 0; i < sizeof(vars) / sizeof(vars[0]); i++)
 		unsetenv(vars[i]);
 	bad_env("PVRT_WORKERS", "0", "PVRT_WORKERS");
@@ -99,6 +100,22 @@ int main(void)
 	bad_env("PVRT_POLL_MIN_NS", "-1", "PVRT_POLL_MIN_NS");
 	bad_env("PVRT_TIMER", "sometimes", "lazy");
 	bad_env("PVRT_TIMER_SLACK_NS", "x", "PVRT_TIMER_SLACK_NS");
+	bad_env("PVRT_SLICE_NS", "10ms", "PVRT_SLICE_NS");
+	bad_env("PVRT_SLICE_NS", "-1", "PVRT_SLICE_NS");
+	bad_env("PVRT_SLICE_NS", "10", "PVRT_SLICE_NS");	  /* below 100 us */
+	bad_env("PVRT_SLICE_NS", "20000000000", "PVRT_SLICE_NS"); /* above 10 s */
+	bad_env("PVRT_HANDOFF_NS", "never", "PVRT_HANDOFF_NS");
+	bad_env("PVRT_HANDOFF_NS", "1000", "PVRT_HANDOFF_NS");
+	/* 0 and off disable; both start. */
+	static const char *const offs[] = {"0", "off"};
+	for (int i = 0; i < 2; i++) {
+		setenv("PVRT_SLICE_NS", offs[i], 1);
+		setenv("PVRT_HANDOFF_NS", offs[1 - i], 1);
+		CHECK_EQ(pvrt_init(NULL), 0);
+		CHECK_EQ(pvrt_finalize(), 0);
+	}
+	unsetenv("PVRT_SLICE_NS");
+	unsetenv("PVRT_HANDOFF_NS");
 	/* A CPU outside the affinity mask. */
 	cpu_set_t m;
 	sched_getaffinity(0, sizeof(m), &m);
@@ -116,6 +133,12 @@ int main(void)
 	CHECK_EQ(pvrt_init(&c), -EINVAL);
 	pvrt_config_init(&c);
 	c.timer_slack_ns = -5;
+	CHECK_EQ(pvrt_init(&c), -EINVAL);
+	pvrt_config_init(&c);
+	c.slice_ns = -2;
+	CHECK_EQ(pvrt_init(&c), -EINVAL);
+	pvrt_config_init(&c);
+	c.handoff_ns = 5;
 	CHECK_EQ(pvrt_init(&c), -EINVAL);
 	sized_structs();
 

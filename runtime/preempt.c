@@ -1,0 +1,250 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Time-slice preemption of ULTs that run without calling into pvrt.
+ *
+ * sysmon (sysmon.c) notices a worker whose ULT has run for a whole slice (its switch count did
+ * not move) while other work waits, and sends that worker's kernel thread the preemption signal
+ * (a free real-time signal, queued with a cookie so that nobody else's signal is taken for ours).
+ * The handler runs on the ULT's own stack (no SA_ONSTACK) and, where it is safe, switches to the
+ * next ULT through the normal yield path (pvrt_thread_yield: switch_ctx, post action, TLS and
+ * sanitizer bookkeeping all as for a voluntary yield). The interrupted context stays in the
+ * signal frame the kernel pushed on the ULT's stack: all registers, the FPU/SSE/AVX state
+ * (xsave area) and the signal mask. The switch itself only has to save what a call preserves
+ * (callee-saved registers, MXCSR/x87 control word), because it is a call made by the handler;
+ * the ULT resumes by returning from that call, then from the handler, and rt_sigreturn restores
+ * the rest on whichever kernel thread it then runs. The kernel puts the frame below the 128-byte
+ * red zone of the interrupted code (x86-64), so a leaf function's red zone survives.
+ *
+ * Safe points. The handler switches only if all hold, else it does nothing and sysmon retries
+ * later (the ULT keeps running and is preempted at a later signal that lands in a safe spot):
+ *  - the kernel thread runs a ULT (not a scheduler context) outside every runtime section
+ *    (pvrt_rt_enter/leave depth 0: no runtime lock held, no worker state in use);
+ *  - the interrupted pc is not in the runtime's own object (libpvrt or the preload: the locks
+ *    use per-kernel-thread state) and, unless ULTs own their TLS (M:N mode sets
+ *    pvrt_rt.preempt_anywhere), it is in the executable itself: libc, libstdc++, jemalloc, ...
+ *    keep per-thread state (malloc's tcache, stdio's recursive lock owner, errno) that the
+ *    worker's other ULTs share when TLS is per kernel thread;
+ *  - the interrupted signal mask is the runtime's base mask: a different one means the ULT is
+ *    inside a signal handler of the application (its signal is blocked there) or masked signals
+ *    itself, and either state belongs to the kernel thread.
+ * The handler is SA_NODEFER with an empty sa_mask, so it runs with the interrupted mask, which
+ * is the base mask when it switches: the next context gets the mask it expects without a system
+ * call, and the preempted one gets its own back from rt_sigreturn. SA_RESTART: an interrupted
+ * restartable call (the ULT was only about to block) restarts. errno is saved and restored
+ * around the switch, so it follows the ULT even when TLS is per kernel thread. rt_sigreturn also
+ * restores the alternate signal stack saved in the frame: after a migration the handler replaces
+ * it with the new kernel thread's own.
+ *
+ * TSan runs signal handlers at its own interception points rather than where the signal lands,
+ * so a switch from the handler would resume TSan in another fiber's middle: preemption is off in
+ * TSan builds. valgrind's signal frames restore its whole guest state, thread pointer included:
+ * off under valgrind too. ASan follows the switch (the fiber annotations of the yield path).
+ */
+#define _GNU_SOURCE
+#include "internal.h"
+
+#include <errno.h>
+#include <link.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+static const int preempt_cookie;
+static uint32_t inflight; /* signals sent whose handler has not returned */
+static struct sigaction old_act;
+static int installed; /* the signal number, 0: none */
+static sigset_t base_mask;
+
+#define MAX_RANGES 8
+struct ranges {
+	unsigned n;
+	uintptr_t lo[MAX_RANGES], hi[MAX_RANGES];
+};
+static struct ranges rt_text, exe_text;
+
+static bool in_ranges(const struct ranges *r, uintptr_t pc)
+{
+	for (unsigned i = 0; i < r->n; i++)
+		if (pc >= r->lo[i] && pc < r->hi[i])
+			return true;
+	return false;
+}
+
+static void add_exec_segments(struct ranges *r, const struct dl_phdr_info *info)
+{
+	for (int i = 0; i < info->dlpi_phnum && r->n < MAX_RANGES; i++) {
+		const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+		if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_X))
+			continue;
+		r->lo[r->n] = info->dlpi_addr + ph->p_vaddr;
+		r->hi[r->n] = r->lo[r->n] + ph->p_memsz;
+		r->n++;
+	}
+}
+
+static int find_objects(struct dl_phdr_info *info, size_t size, void *arg)
+{
+	(void)size;
+	int *first = arg;
+	/* The first object is the executable. */
+	if (*first) {
+		add_exec_segments(&exe_text, info);
+		*first = 0;
+	}
+	struct ranges tmp = {0};
+	add_exec_segments(&tmp, info);
+	if (in_ranges(&tmp, (uintptr_t)&pvrt_preempt_init))
+		rt_text = tmp;
+	return 0;
+}
+
+static uintptr_t uc_pc(const ucontext_t *uc)
+{
+#if defined(__x86_64__)
+	return (uintptr_t)uc->uc_mcontext.gregs[REG_RIP];
+#elif defined(__aarch64__)
+	return (uintptr_t)uc->uc_mcontext.pc;
+#else
+#error "pvrt: no pc in ucontext for this arch"
+#endif
+}
+
+static bool pc_ok(uintptr_t pc)
+{
+	if (in_ranges(&rt_text, pc))
+		return false;
+	return __atomic_load_n(&pvrt_rt.preempt_anywhere, __ATOMIC_RELAXED) ||
+	       in_ranges(&exe_text, pc);
+}
+
+/* The kernel's part of the mask (64 signals) is all the frame holds. */
+static bool mask_ok(const ucontext_t *uc)
+{
+	return !memcmp(&uc->uc_sigmask, &base_mask, sizeof(unsigned long));
+}
+
+static void chain(int sig, siginfo_t *si, void *uc)
+{
+	if (old_act.sa_flags & SA_SIGINFO)
+		old_act.sa_sigaction(sig, si, uc);
+	else if (old_act.sa_handler != SIG_DFL && old_act.sa_handler != SIG_IGN)
+		old_act.sa_handler(sig);
+}
+
+static void preempt_handler(int sig, siginfo_t *si, void *ucv)
+{
+	int saved_errno = errno;
+	if (si->si_code != SI_QUEUE || si->si_value.sival_ptr != (void *)&preempt_cookie) {
+		chain(sig, si, ucv);
+		errno = saved_errno;
+		return;
+	}
+	ucontext_t *uc = ucv;
+	struct pvrt_m *m = pvrt_tls_m;
+	if (m) {
+		/* Received: sysmon may send the next one (one at a time, or they would nest). */
+		__atomic_store_n(&m->kicked, 0, __ATOMIC_RELAXED);
+		/* Entering notices a lost worker too: the ULT then resumes here on another thread.
+		 */
+		int depth = pvrt_rt_enter();
+		struct pvrt_worker *w = rt_tls_worker;
+		if (w && depth == 0 && w->cur &&
+		    __atomic_load_n(&w->preempt_seq, __ATOMIC_RELAXED) ==
+			__atomic_load_n(&w->st_switches, __ATOMIC_RELAXED) + 1 &&
+		    pc_ok(uc_pc(uc)) && mask_ok(uc)) {
+			__atomic_store_n(&w->preempt_seq, 0, __ATOMIC_RELAXED);
+			PVRT_STAT_INC(w, st_preempts);
+			/* An announcement belongs to the ULT's call, not to the next ULT here. */
+			__atomic_store_n(&m->insys, 0, __ATOMIC_RELAXED);
+			pvrt_thread_yield();
+		}
+		pvrt_rt_leave(depth);
+		if (pvrt_m_cur() != m) {
+			/* Migrated: sigreturn must not install the old thread's alternate stack. */
+			stack_t cur;
+			if (!sigaltstack(NULL, &cur))
+				uc->uc_stack = cur;
+		}
+	}
+	/* Release: finalize restores the old action only once every handler is done. */
+	__atomic_fetch_sub(&inflight, 1, __ATOMIC_RELEASE);
+	errno = saved_errno;
+}
+
+bool pvrt_preempt_kick(struct pvrt_worker *w, struct pvrt_m *m)
+{
+	(void)w;
+	if (!installed)
+		return false;
+	/* Real-time signals queue: never more than one in flight per thread. */
+	if (__atomic_exchange_n(&m->kicked, 1, __ATOMIC_RELAXED))
+		return true;
+	siginfo_t si;
+	memset(&si, 0, sizeof(si));
+	si.si_signo = installed;
+	si.si_code = SI_QUEUE; /* negative: allowed between threads of one process */
+	si.si_pid = getpid();
+	si.si_uid = getuid();
+	si.si_value.sival_ptr = (void *)&preempt_cookie;
+	__atomic_fetch_add(&inflight, 1, __ATOMIC_RELAXED); /* before the handler can run */
+	if (syscall(SYS_rt_tgsigqueueinfo, getpid(), __atomic_load_n(&m->tid, __ATOMIC_ACQUIRE),
+		    installed, &si)) {
+		__atomic_fetch_sub(&inflight, 1, __ATOMIC_RELAXED);
+		__atomic_store_n(&m->kicked, 0, __ATOMIC_RELAXED);
+		return false;
+	}
+	return true;
+}
+
+const sigset_t *pvrt_preempt_base_mask(void)
+{
+	return &base_mask;
+}
+
+int pvrt_preempt_init(void)
+{
+	pthread_sigmask(SIG_SETMASK, NULL, &base_mask);
+	if (!pvrt_rt.slice || installed)
+		return 0;
+	rt_text.n = exe_text.n = 0;
+	int first = 1;
+	dl_iterate_phdr(find_objects, &first);
+	/* A free real-time signal (the emulator takes SIGRTMIN+8 or the first free one above). */
+	for (int s = SIGRTMIN + 9; s <= SIGRTMAX; s++) {
+		struct sigaction cur;
+		if (sigaction(s, NULL, &cur) || (cur.sa_flags & SA_SIGINFO) ||
+		    cur.sa_handler != SIG_DFL)
+			continue;
+		struct sigaction sa;
+		memset(&sa, 0, sizeof(sa));
+		sa.sa_sigaction = preempt_handler;
+		sa.sa_flags = SA_SIGINFO | SA_RESTART | SA_NODEFER;
+		sigemptyset(&sa.sa_mask);
+		if (sigaction(s, &sa, &old_act))
+			continue;
+		installed = s;
+		pvrt_rt.preempt_sig = s;
+		return 0;
+	}
+	return pvrt_fail(-EBUSY, "pvrt_init: no free real-time signal for preemption "
+				 "(PVRT_SLICE_NS=off runs without)");
+}
+
+void pvrt_preempt_fini(void)
+{
+	if (!installed)
+		return;
+	/*
+	 * Every ULT has exited and sysmon is stopped, so signals still in flight are queued to
+	 * threads that take them at once; give them a moment. One that a thread blocks forever
+	 * keeps the handler installed (its default action would kill the process).
+	 */
+	for (int i = 0; i < 1000 && __atomic_load_n(&inflight, __ATOMIC_ACQUIRE); i++)
+		sched_yield();
+	if (__atomic_load_n(&inflight, __ATOMIC_ACQUIRE))
+		return;
+	sigaction(installed, &old_act, NULL);
+	installed = 0;
+	pvrt_rt.preempt_sig = 0;
+}

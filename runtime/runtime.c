@@ -450,6 +450,8 @@ static void *worker_main(void *arg)
 	altstack_on(w, &old);
 	if (pvrt_rt.emu)
 		pvhint_emu_attach(pvrt_rt.hint, w->vcpu);
+	if (pvrt_rt.slots) /* its record is its own thread's slot (registered here) */
+		__atomic_store_n(&w->vcpu, (unsigned)pvhint_self_vcpu(), __ATOMIC_RELAXED);
 	pthread_attr_t a;
 	if (!pthread_getattr_np(pthread_self(), &a)) {
 		void *lo;
@@ -540,6 +542,7 @@ int pvrt_init(const struct pvrt_config *c)
 	memset(&pvrt_rt, 0, sizeof(pvrt_rt));
 	pvrt_rt.hint = h;
 	pvrt_rt.emu = pvhint_header(h)->source == PVHINT_SOURCE_EMU;
+	pvrt_rt.slots = pvhint_header(h)->kind == PVHINT_KIND_THREAD;
 	pvrt_rt.nw = s.nw;
 	pvrt_rt.pol = s.pol;
 	pvrt_rt.stack_size = s.stack;
@@ -561,7 +564,8 @@ int pvrt_init(const struct pvrt_config *c)
 		w->idx = i;
 		w->cpu = s.cpus[i % s.ncpus];
 		unsigned nv = pvhint_nr_vcpus(h);
-		w->vcpu = pvrt_rt.emu && nv ? i % nv : (unsigned)w->cpu;
+		/* Thread slots (bpf): slot 0 (no hints) until the worker's thread registers. */
+		w->vcpu = pvrt_rt.emu && nv ? i % nv : pvrt_rt.slots ? 0 : (unsigned)w->cpu;
 		w->rng[0] = 0x9E3779B97F4A7C15ull * (i + 1) ^ (uint64_t)os_now_ns();
 		w->armed = UINT64_MAX;
 #if PVRT_INJECT_WFCQ
@@ -605,6 +609,8 @@ int pvrt_init(const struct pvrt_config *c)
 	}
 	if (pvrt_rt.emu)
 		pvhint_emu_attach(h, w0->vcpu);
+	if (pvrt_rt.slots)
+		__atomic_store_n(&w0->vcpu, (unsigned)pvhint_self_vcpu(), __ATOMIC_RELAXED);
 	rt_tls_worker = w0;
 	/* Release: workers and creators that see 'running' see the whole runtime. */
 	__atomic_store_n(&pvrt_rt.running, 1, __ATOMIC_RELEASE);

@@ -23,6 +23,7 @@ struct pvhint_impl {
 	const struct pvhint_header *hdr; /* == map */
 	struct pvhint_emu *emu;		 /* source emu only */
 	bool bpf;			 /* source bpf: a reference on the process's instance */
+	bool bpf_slots;			 /* ... in thread-slot mode (else vCPU mode) */
 	char note[512];			 /* why auto chose what it chose */
 	char export_path[256];		 /* emu export=: the page's file, removed at close */
 };
@@ -53,7 +54,8 @@ int pvhint__kvm_open(struct pvhint_impl *im, const char *path);
 int pvhint__page_check(const struct pvhint_header *h, const char *path, size_t pg, bool is_file,
 		       size_t file_size, size_t *len);
 /* The bpf source (src_bpf.c): one program instance per process, loaded by the first open. */
-int pvhint__bpf_open(struct pvhint_impl *im);
+/* vcpu: the zero-patch KVM mode (per-vCPU records copied from the host's steal time). */
+int pvhint__bpf_open(struct pvhint_impl *im, bool vcpu);
 void pvhint__bpf_close(struct pvhint_impl *im);
 /* Claim a slot for the calling thread in the process's instance: the slot, or a negative errno
  * (-ENODEV: no instance loaded, -ENOSPC: all taken). Two bpf(2) calls. */

@@ -238,7 +238,13 @@ int pvhint_open(const struct pvhint_options *opts, pvhint_t **out)
 	} else if (!strcmp(src, "kvm")) {
 		err = pvhint__kvm_open(im, kvm_path);
 	} else if (!strcmp(src, "bpf")) {
-		err = pvhint__bpf_open(im);
+		const char *mode = getenv("PVRT_BPF");
+		if (mode && *mode && strcmp(mode, "thread") && strcmp(mode, "vcpu"))
+			err = pvhint__fail(
+			    -EINVAL, "PVRT_BPF='%s': unknown bpf mode (accepted: thread, vcpu)",
+			    mode);
+		else
+			err = pvhint__bpf_open(im, mode && !strcmp(mode, "vcpu"));
 	} else if (!strcmp(src, "emu")) {
 		err = pvhint__emu_open(im, spec, spec_label);
 	} else if (!strcmp(src, "auto")) {
@@ -252,7 +258,7 @@ int pvhint_open(const struct pvhint_options *opts, pvhint_t **out)
 		if (err) {
 			char why[128];
 			snprintf(why, sizeof(why), "%s", pvhint_errmsg());
-			err = pvhint__bpf_open(im);
+			err = pvhint__bpf_open(im, false);
 			if (err) {
 				snprintf(im->note, sizeof(im->note), "auto: %s; %s; using none",
 					 why, pvhint_errmsg());

@@ -32,6 +32,7 @@ PVRT_API int pvhint_slot_mode;
 #include "pvhint_bpf.skel.h"
 
 #include <bpf/bpf.h>
+#include <bpf/btf.h>
 #include <bpf/libbpf.h>
 #include <linux/capability.h>
 #include <stdarg.h>
@@ -45,6 +46,9 @@ static struct {
 	struct pvhint_bpf *skel; /* NULL until loaded */
 	int page_fd, tid_fd, owner_fd;
 	size_t len;
+	int vpage_fd; /* vCPU mode's page, -1 when the kernel has no per-CPU steal_time */
+	size_t vlen;
+	char vwhy[120];	 /* why there is no vCPU mode */
 	unsigned nopen;	 /* open bpf handles: pvhint_slot_mode while > 0 */
 	uint32_t cursor; /* next slot to try */
 	char log[160];	 /* libbpf's first warning during the load */
@@ -99,6 +103,34 @@ static const char *missing_caps(void)
 	return !bpf && !perfmon ? "CAP_BPF and CAP_PERFMON" : !bpf ? "CAP_BPF" : "CAP_PERFMON";
 }
 
+/* The .data..percpu offsets of runqueues and steal_time from the kernel's BTF (vCPU mode). */
+static int percpu_offsets(uint64_t *rq, uint64_t *st)
+{
+	struct btf *btf = btf__load_vmlinux_btf();
+	int err = -ENOENT;
+
+	*rq = *st = 0;
+	if (!btf)
+		return -errno;
+	int id = btf__find_by_name_kind(btf, ".data..percpu", BTF_KIND_DATASEC);
+	const struct btf_type *sec = id > 0 ? btf__type_by_id(btf, (uint32_t)id) : NULL;
+	if (sec) {
+		const struct btf_var_secinfo *v = btf_var_secinfos(sec);
+		for (int i = 0; i < btf_vlen(sec); i++, v++) {
+			const char *n =
+			    btf__name_by_offset(btf, btf__type_by_id(btf, v->type)->name_off);
+			if (!strcmp(n, "runqueues"))
+				*rq = v->offset;
+			else if (!strcmp(n, "steal_time"))
+				*st = v->offset;
+		}
+		if (*rq && *st)
+			err = 0;
+	}
+	btf__free(btf);
+	return err;
+}
+
 static int load(void)
 {
 	struct pvhint_bpf *s = NULL;
@@ -127,7 +159,22 @@ static int load(void)
 		err = pvhint__fail(-errno, "bpf: cannot open the program: %s", strerror(errno));
 		goto out;
 	}
+	uint64_t orq, ost;
+	inst.vwhy[0] = 0;
+	if (percpu_offsets(&orq, &ost))
+		snprintf(inst.vwhy, sizeof(inst.vwhy),
+			 "the kernel's BTF has no per-CPU steal_time (not a KVM guest kernel)");
+	else if (ncpu > (int)PVHINT_BPF_MAXCPU)
+		snprintf(inst.vwhy, sizeof(inst.vwhy), "more than %u CPUs", PVHINT_BPF_MAXCPU);
+	if (!inst.vwhy[0]) {
+		s->rodata->off_rq = orq;
+		s->rodata->off_st = ost;
+	}
+	s->rodata->nr_cpus = (uint32_t)ncpu;
 	err = bpf_map__set_max_entries(s->maps.cpus, (uint32_t)ncpu);
+	if (!err)
+		err =
+		    bpf_map__set_max_entries(s->maps.vpage, PVHINT_BPF_HDR_ELEMS + (uint32_t)ncpu);
 	if (!err)
 		err = pvhint_bpf__load(s);
 	if (err) {
@@ -147,10 +194,17 @@ static int load(void)
 					   PVHINT_VALID_IS_IDLE | PVHINT_VALID_SLEEPING,
 				  .kind = PVHINT_KIND_THREAD,
 				  .nr_used = 1};
+	struct pvhint_header vh = h;
+	vh.nr_records = (uint32_t)ncpu;
+	vh.valid = PVHINT_VALID_STEAL | PVHINT_VALID_PREEMPTED;
+	vh.kind = PVHINT_KIND_VCPU;
+	vh.nr_used = 0;
 	uint32_t k0 = 0;
+	int vfd = bpf_map__fd(s->maps.vpage);
 	_Static_assert(sizeof(h) == PVHINT_RECORD_SIZE, "the header is one page-map element");
-	if (bpf_map_update_elem(fd, &k0, &h, BPF_ANY) || bpf_map_freeze(fd)) {
-		err = pvhint__fail(-errno, "bpf: cannot set up the page map: %s", strerror(errno));
+	if (bpf_map_update_elem(fd, &k0, &h, BPF_ANY) || bpf_map_freeze(fd) ||
+	    bpf_map_update_elem(vfd, &k0, &vh, BPF_ANY) || bpf_map_freeze(vfd)) {
+		err = pvhint__fail(-errno, "bpf: cannot set up the page maps: %s", strerror(errno));
 		goto out;
 	}
 	err = pvhint_bpf__attach(s);
@@ -162,6 +216,9 @@ static int load(void)
 	size_t pg = (size_t)sysconf(_SC_PAGESIZE);
 	inst.len = ((size_t)PVHINT_BPF_ELEMS * PVHINT_RECORD_SIZE + pg - 1) & ~(pg - 1);
 	inst.page_fd = fd;
+	inst.vpage_fd = inst.vwhy[0] ? -1 : vfd;
+	inst.vlen = ((size_t)(PVHINT_BPF_HDR_ELEMS + (size_t)ncpu) * PVHINT_RECORD_SIZE + pg - 1) &
+		    ~(pg - 1);
 	inst.tid_fd = bpf_map__fd(s->maps.tid_slot);
 	inst.owner_fd = bpf_map__fd(s->maps.slot_owner);
 	inst.cursor = 1;
@@ -186,7 +243,27 @@ static void atfork_once(void)
 	pthread_atfork(NULL, NULL, atfork_child);
 }
 
-int pvhint__bpf_open(struct pvhint_impl *im)
+/* vCPU mode: the records are the host's once the program has seen a switch on every CPU with
+ * steal time registered (version > 0); wait a little for that (switches are frequent). */
+static int vcpu_check(const struct pvhint_header *vh)
+{
+	const struct pvhint_record *r =
+	    (const struct pvhint_record *)((const char *)vh + PVHINT_HEADER_SIZE);
+	uint32_t seen = 0;
+	for (int i = 0; i < 200 && seen < vh->nr_records; i++) {
+		seen = 0;
+		for (uint32_t c = 0; c < vh->nr_records; c++)
+			seen += __atomic_load_n(&r[c].version, __ATOMIC_ACQUIRE) != 0;
+		if (seen < vh->nr_records)
+			usleep(1000);
+	}
+	if (seen)
+		return 0; /* an idle CPU's record follows at its first switch */
+	return pvhint__fail(-ENOTSUP, "bpf vcpu mode: no steal time from the host (not a KVM "
+				      "guest with steal time, or no task switches seen)");
+}
+
+int pvhint__bpf_open(struct pvhint_impl *im, bool vcpu)
 {
 	static pthread_once_t once = PTHREAD_ONCE_INIT;
 	int err = 0;
@@ -195,17 +272,24 @@ int pvhint__bpf_open(struct pvhint_impl *im)
 	pthread_mutex_lock(&inst.mu);
 	if (!inst.skel)
 		err = load();
+	if (!err && vcpu && inst.vpage_fd < 0)
+		err = pvhint__fail(-ENOTSUP, "bpf vcpu mode: %s", inst.vwhy);
 	if (!err) {
-		void *p = mmap(NULL, inst.len, PROT_READ, MAP_SHARED, inst.page_fd, 0);
+		size_t len = vcpu ? inst.vlen : inst.len;
+		void *p =
+		    mmap(NULL, len, PROT_READ, MAP_SHARED, vcpu ? inst.vpage_fd : inst.page_fd, 0);
 		if (p == MAP_FAILED) {
 			err = pvhint__fail(-errno, "bpf: cannot map the page: %s", strerror(errno));
+		} else if (vcpu && (err = vcpu_check(p))) {
+			munmap(p, len);
 		} else {
 			im->map = p;
-			im->map_len = inst.len;
+			im->map_len = len;
 			im->hdr = p;
 			im->source = PVHINT_SOURCE_BPF;
 			im->bpf = true;
-			if (inst.nopen++ == 0)
+			im->bpf_slots = !vcpu;
+			if (!vcpu && inst.nopen++ == 0)
 				__atomic_store_n(&pvhint_slot_mode, 1, __ATOMIC_RELEASE);
 		}
 	}
@@ -215,7 +299,8 @@ int pvhint__bpf_open(struct pvhint_impl *im)
 
 void pvhint__bpf_close(struct pvhint_impl *im)
 {
-	(void)im;
+	if (!im->bpf_slots)
+		return;
 	pthread_mutex_lock(&inst.mu);
 	/* The program stays loaded (see the top): only the slot answers stop. */
 	if (--inst.nopen == 0)
@@ -251,7 +336,7 @@ int pvhint__bpf_claim(void)
 
 int pvhint_bpf_stats(pvhint_t *h, struct pvhint_bpf_stats *out)
 {
-	if (!h || !h->impl->bpf || !out)
+	if (!h || !h->impl || !h->impl->bpf || !out)
 		return pvhint__fail(-ENOTSUP, "not a bpf handle");
 	out->switches = __atomic_load_n(&inst.skel->bss->switches_out, __ATOMIC_RELAXED);
 	out->missed = __atomic_load_n(&inst.skel->bss->missed_in, __ATOMIC_RELAXED);
@@ -270,9 +355,10 @@ int pvhint_bpf_stats(pvhint_t *h, struct pvhint_bpf_stats *out)
 	return pvhint__fail(-ENOTSUP, "not a bpf handle");
 }
 
-int pvhint__bpf_open(struct pvhint_impl *im)
+int pvhint__bpf_open(struct pvhint_impl *im, bool vcpu)
 {
 	(void)im;
+	(void)vcpu;
 	return pvhint__fail(-ENOTSUP, "bpf: this libpvhint was built without the bpf source "
 				      "(clang, bpftool or libbpf-dev missing at build time)");
 }

@@ -257,6 +257,68 @@ static __always_inline void switch_in(__u32 s, int tid, __u32 cpu, __u64 now)
 	(void)cpu;
 }
 
+/*
+ * vCPU mode (zero-patch KVM hints): on a KVM guest, the host writes each vCPU's steal time and
+ * preempted byte into the guest kernel's per-CPU struct kvm_steal_time. The per-CPU symbol is
+ * not reachable as a __ksym without CONFIG_KALLSYMS_ALL (the verifier resolves ksym addresses
+ * through kallsyms), so the program derives it: a task's cfs_rq->rq is &per_cpu(runqueues, cpu),
+ * and per-CPU variables keep their .data..percpu section distance in every CPU's area, so
+ * &per_cpu(steal_time, cpu) = rq - off_rq + off_st, with both offsets from the kernel's BTF
+ * (DATASEC .data..percpu), set by the loader. Each CPU learns its own address at its first
+ * switch; any switch then copies every known vCPU's record into vpage (kind VCPU), at most every
+ * PVHINT_BPF_REFRESH_NS.
+ */
+const volatile __u64 off_rq, off_st; /* 0: vCPU mode off */
+const volatile __u32 nr_cpus = 1;
+__u64 st_addr[PVHINT_BPF_MAXCPU];
+__u64 last_refresh;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, PVHINT_BPF_HDR_ELEMS + 1); /* set by the loader: + nr_cpus */
+	__type(key, __u32);
+	__type(value, struct pvhint_record);
+} vpage SEC(".maps");
+
+static long copy_vcpu(__u32 c, void *unused)
+{
+	struct kvm_steal_time st;
+	__u32 k = PVHINT_BPF_HDR_ELEMS + c;
+	struct pvhint_record *r;
+
+	(void)unused;
+	if (c >= PVHINT_BPF_MAXCPU || c >= nr_cpus)
+		return 1;
+	if (!st_addr[c] || bpf_probe_read_kernel(&st, sizeof(st), (void *)st_addr[c]))
+		return 0;
+	r = bpf_map_lookup_elem(&vpage, &k);
+	if (!r)
+		return 0;
+	if (st.version & 1)
+		return 0; /* the host is mid-update: the next refresh copies it */
+	write_steal(r, 0, st.steal);
+	r->preempted = st.preempted & PVHINT_PREEMPTED;
+	return 0;
+}
+
+static __always_inline void vcpu_refresh(struct task_struct *next, __u32 cpu, __u64 now)
+{
+	if (!off_st || cpu >= PVHINT_BPF_MAXCPU)
+		return;
+	if (!st_addr[cpu] && bpf_core_field_exists(next->se.cfs_rq)) {
+		struct cfs_rq *cr = BPF_CORE_READ(next, se.cfs_rq);
+		struct rq *rq = cr && bpf_core_field_exists(cr->rq) ? BPF_CORE_READ(cr, rq) : NULL;
+		if (rq && BPF_CORE_READ(rq, cpu) == (int)cpu)
+			st_addr[cpu] = (__u64)rq - off_rq + off_st;
+	}
+	__u64 last = last_refresh;
+	if (now - last < PVHINT_BPF_REFRESH_NS ||
+	    __sync_val_compare_and_swap(&last_refresh, last, now) != last)
+		return; /* fresh, or another CPU is refreshing */
+	bpf_loop(nr_cpus < PVHINT_BPF_MAXCPU ? nr_cpus : PVHINT_BPF_MAXCPU, copy_vcpu, NULL, 0);
+}
+
 SEC("tp_btf/sched_switch")
 int BPF_PROG(pvhint_switch, _Bool preempt, struct task_struct *prev, struct task_struct *next)
 {
@@ -281,6 +343,7 @@ int BPF_PROG(pvhint_switch, _Bool preempt, struct task_struct *prev, struct task
 		c->idle = idle;
 		walk_cpu(cpu, idle);
 	}
+	vcpu_refresh(next, cpu, now);
 	return 0;
 }
 

@@ -16,6 +16,12 @@
 #define PVHINT_BPF_ELEMS     (PVHINT_BPF_HDR_ELEMS + PVHINT_BPF_SLOTS)
 #define PVHINT_BPF_WORDS     (PVHINT_BPF_SLOTS / 64)
 
+/* vCPU mode: at most this many CPUs are published (records of the vpage map). */
+#define PVHINT_BPF_MAXCPU 256u
+/* vCPU mode: the records are refreshed from the host's at most this often (ns), by whichever CPU
+ * switches tasks: a copy of all vCPUs costs one kernel read each. */
+#define PVHINT_BPF_REFRESH_NS 20000u
+
 /* Per slot, private to the program. */
 struct pvhint_bpf_slot {
 	pvhint_u64 wait_start; /* runnable (woken or preempted) since, ns; 0: running or asleep */

@@ -12,8 +12,31 @@ struct thread_info {
 	unsigned int cpu; /* task_cpu() with CONFIG_THREAD_INFO_IN_TASK (x86-64, arm64), 5.16+ */
 } __attribute__((preserve_access_index));
 
+/* The vCPU mode's way to a CPU's per-CPU area: a task's cfs_rq -> its rq (CONFIG_FAIR_GROUP_SCHED),
+ * i.e. &per_cpu(runqueues, cpu). */
+struct rq {
+	int cpu;
+} __attribute__((preserve_access_index));
+
+struct cfs_rq {
+	struct rq *rq;
+} __attribute__((preserve_access_index));
+
+struct sched_entity {
+	struct cfs_rq *cfs_rq;
+} __attribute__((preserve_access_index));
+
+/* KVM's per-CPU record, written by the host (arch/x86/include/uapi/asm/kvm_para.h). */
+struct kvm_steal_time {
+	unsigned long long steal;
+	unsigned int version;
+	unsigned int flags;
+	unsigned char preempted;
+};
+
 struct task_struct {
 	struct thread_info thread_info;
+	struct sched_entity se;
 	unsigned int __state; /* 5.14+ (was 'state'); TASK_RUNNING == 0 */
 	int pid;	      /* the kernel's thread id */
 	int tgid;

@@ -376,6 +376,52 @@ static void churn(void)
 	CHECK(max_owned < h->nr / 2);
 }
 
+/* ---- vCPU mode: the host's steal time, as the guest kernel accounts it ---- */
+
+static uint64_t proc_steal_ns(unsigned cpu)
+{
+	char line[512], name[16];
+	unsigned long long v[8];
+	uint64_t ns = UINT64_MAX;
+	FILE *f = fopen("/proc/stat", "r");
+	CHECK(f);
+	snprintf(name, sizeof(name), "cpu%u", cpu);
+	while (fgets(line, sizeof(line), f)) {
+		char n[16];
+		if (sscanf(line, "%15s %llu %llu %llu %llu %llu %llu %llu %llu", n, &v[0], &v[1],
+			   &v[2], &v[3], &v[4], &v[5], &v[6], &v[7]) == 9 &&
+		    !strcmp(n, name))
+			ns = v[7] * (1000000000ull / (uint64_t)sysconf(_SC_CLK_TCK));
+	}
+	fclose(f);
+	return ns;
+}
+
+static void vcpu_mode(void)
+{
+	pvhint_t *v;
+	setenv("PVRT_BPF", "vcpu", 1);
+	int err = pvhint_open(&(struct pvhint_options){.source = "bpf"}, &v);
+	unsetenv("PVRT_BPF");
+	if (err) {
+		printf("vcpu mode: unavailable here: %s\n", pvhint_errmsg());
+		CHECK_EQ(err, -ENOTSUP);
+		return;
+	}
+	CHECK_EQ(pvhint_header(v)->kind, PVHINT_KIND_VCPU);
+	CHECK_EQ(pvhint_nr_vcpus(v), sysconf(_SC_NPROCESSORS_CONF));
+	test_sleep_us(100000);
+	for (unsigned c = 0; c < pvhint_nr_vcpus(v); c++) {
+		uint64_t p = proc_steal_ns(c), r = pvhint_steal(v, c);
+		printf("vcpu %u: host steal %.3f s (record), %.3f s (/proc/stat)\n", c, r / 1e9,
+		       p / 1e9);
+		/* the same counter: /proc/stat is the kernel's tick-rounded account of it */
+		if (p != UINT64_MAX && p > 1000000000ull && r)
+			CHECK(r > p * 9 / 10 && r < p * 11 / 10 + 1000000000ull);
+	}
+	pvhint_close(v);
+}
+
 int main(int argc, char **argv)
 {
 	int err;
@@ -409,6 +455,7 @@ int main(int argc, char **argv)
 	oversubscribed();
 	steal_vs_schedstat();
 	churn();
+	vcpu_mode();
 	pvhint_close(h);
 	printf("bpf ok\n");
 	return 0;

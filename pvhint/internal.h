@@ -60,6 +60,12 @@ void pvhint__bpf_close(struct pvhint_impl *im);
 /* Claim a slot for the calling thread in the process's instance: the slot, or a negative errno
  * (-ENODEV: no instance loaded, -ENOSPC: all taken). Two bpf(2) calls. */
 int pvhint__bpf_claim(void);
+/* For the emulator's ksleep sampler: load the process's bpf instance without a handle (so
+ * pvhint_self_vcpu() is unchanged), unless PVRT_EMU_KSTATE=proc or it cannot load (then the
+ * sampler reads /proc); then the calling thread's record in it, registering the thread (NULL when
+ * not prepared). */
+void pvhint__bpf_prepare(void);
+const struct pvhint_record *pvhint__bpf_self_record(void);
 int pvhint__emu_open(struct pvhint_impl *im, const char *spec, const char *label);
 void pvhint__emu_close(struct pvhint_impl *im);
 void pvhint__emu_park(struct pvhint_impl *im);

@@ -346,7 +346,49 @@ int pvhint_bpf_stats(pvhint_t *h, struct pvhint_bpf_stats *out)
 	return 0;
 }
 
+static void *emu_map; /* the emulator's view of the thread page, never unmapped */
+
+void pvhint__bpf_prepare(void)
+{
+	static int failed; /* do not retry a load that failed */
+	const char *ks = getenv("PVRT_EMU_KSTATE");
+
+	if (ks && !strcmp(ks, "proc"))
+		return;
+	int saved = errno;
+	char msg[256];
+	snprintf(msg, sizeof(msg), "%s", pvhint_errmsg()); /* a fallback: no error to report */
+	pthread_mutex_lock(&inst.mu);
+	if (!inst.skel && !failed)
+		failed = load() != 0;
+	if (inst.skel && !emu_map) {
+		void *p = mmap(NULL, inst.len, PROT_READ, MAP_SHARED, inst.page_fd, 0);
+		__atomic_store_n(&emu_map, p == MAP_FAILED ? NULL : p, __ATOMIC_RELEASE);
+	}
+	pthread_mutex_unlock(&inst.mu);
+	pvhint__fail(0, "%s", msg);
+	errno = saved;
+}
+
+const struct pvhint_record *pvhint__bpf_self_record(void)
+{
+	char *map = __atomic_load_n(&emu_map, __ATOMIC_ACQUIRE);
+	if (!map)
+		return NULL;
+	int s = pvhint_tls_slot >= 0 ? pvhint_tls_slot : pvhint_slot_register();
+	return s > 0 ? (const struct pvhint_record *)(map + PVHINT_HEADER_SIZE) + s : NULL;
+}
+
 #else /* !PVRT_HAVE_BPF */
+
+void pvhint__bpf_prepare(void)
+{
+}
+
+const struct pvhint_record *pvhint__bpf_self_record(void)
+{
+	return NULL;
+}
 
 int pvhint_bpf_stats(pvhint_t *h, struct pvhint_bpf_stats *out)
 {

@@ -206,7 +206,9 @@ PVRT_API int pvhint_bpf_stats(pvhint_t *h, struct pvhint_bpf_stats *out);
  *   ksleep=1ms    slice/noisy: how often the kernel state of attached threads is sampled; a
  *                 vCPU whose threads are all parked or sleeping in the kernel (futex, read,
  *                 nanosleep, ...) is halted, as a guest vCPU in HLT (0: only parked threads
- *                 halt a vCPU; script and random modes never sample)
+ *                 halt a vCPU; script and random modes never sample). The sample reads the
+ *                 thread's bpf record where the bpf program loads, else /proc
+ *                 (PVRT_EMU_KSTATE=proc forces /proc)
  *   export=PATH   also publish the page in the new file PATH (e.g. /dev/shm/pvrt-emu; -EEXIST
  *                 if PATH exists, even as a symbolic link), removed at close and at exit:
  *                 other processes read the emulated hints with the kvm source

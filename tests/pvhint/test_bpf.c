@@ -158,6 +158,7 @@ struct busy {
 	uint64_t self_bad; /* episodes of reading its own record preempted or sleeping */
 	uint64_t rd0;	   /* schedstat run_delay at registration */
 	uint64_t steal0;   /* record steal at registration */
+	uint64_t last_ns;  /* when it last ran user code (every 64 iterations) */
 	int ready;
 };
 static int stop;
@@ -198,6 +199,8 @@ static void *busy_main(void *arg)
 	uint32_t bad_v = UINT32_MAX;
 	while (!__atomic_load_n(&stop, __ATOMIC_RELAXED)) {
 		__atomic_store_n(&b->count, b->count + 1, __ATOMIC_RELEASE);
+		if ((b->count & 63) == 0)
+			__atomic_store_n(&b->last_ns, test_now_ns(), __ATOMIC_RELEASE);
 		uint32_t v = __atomic_load_n(&r->version, __ATOMIC_ACQUIRE);
 		if (((__atomic_load_n(&r->preempted, __ATOMIC_ACQUIRE) & PVHINT_PREEMPTED) ||
 		     __atomic_load_n(&r->sleeping, __ATOMIC_RELAXED)) &&
@@ -325,6 +328,54 @@ static void steal_vs_schedstat(void)
 		CHECK(rd[i] > 0 && q > 0.7 && q < 1.3);
 	}
 	stop = 0;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	return x < y ? -1 : x > y;
+}
+
+/* Flag latency (reported, not asserted: a timing): an observer spinning on another CPU sees a
+ * thread's flag go up; the thread's last user-mode timestamp bounds when it stopped running. */
+static void flag_latency(void)
+{
+	struct busy b[NBUSY];
+	enum { MAXN = 4096 };
+	static uint64_t lat[MAXN];
+	bool was[NBUSY] = {0};
+	int n = 0;
+
+	start_busy(b);
+	uint64_t t0 = test_now_ns(), prev = t0;
+	while (n < MAXN && test_now_ns() - t0 < 1000000000ull) {
+		/* Samples only while the observer itself ran throughout (gaps under 20 us). */
+		uint64_t loop = test_now_ns();
+		bool cont = loop - prev < 20000;
+		prev = loop;
+		for (int i = 0; i < NBUSY && n < MAXN; i++) {
+			bool f = __atomic_load_n(&h->rec[b[i].slot].preempted, __ATOMIC_ACQUIRE) &
+				 PVHINT_PREEMPTED;
+			if (f && !was[i] && cont) {
+				uint64_t now = test_now_ns(),
+					 last = __atomic_load_n(&b[i].last_ns, __ATOMIC_ACQUIRE);
+				if (last && now > last)
+					lat[n++] = now - last;
+			}
+			was[i] = f;
+		}
+	}
+	__atomic_store_n(&stop, 1, __ATOMIC_RELAXED);
+	for (int i = 0; i < NBUSY; i++)
+		CHECK(!pthread_join(b[i].th, NULL));
+	stop = 0;
+	if (n) {
+		qsort(lat, (size_t)n, sizeof(lat[0]), cmp_u64);
+		printf("flag latency (thread's last user-mode time to flag seen): %d switch-outs, "
+		       "median %.1f us, p90 %.1f us\n",
+		       n, lat[n / 2] / 1e3, lat[n * 9 / 10] / 1e3);
+	} else
+		printf("flag latency: no switch-out seen while the observer ran\n");
 }
 
 /* ---- slot churn ---- */
@@ -456,6 +507,7 @@ int main(int argc, char **argv)
 	read_only();
 	oversubscribed();
 	steal_vs_schedstat();
+	flag_latency();
 	churn();
 	vcpu_mode();
 	pvhint_close(h);

@@ -200,7 +200,7 @@ static void *busy_main(void *arg)
 	while (!__atomic_load_n(&stop, __ATOMIC_RELAXED)) {
 		__atomic_store_n(&b->count, b->count + 1, __ATOMIC_RELEASE);
 		if ((b->count & 63) == 0)
-			__atomic_store_n(&b->last_ns, test_now_ns(), __ATOMIC_RELEASE);
+			__atomic_store_n(&b->last_ns, os_now_ns(), __ATOMIC_RELEASE);
 		uint32_t v = __atomic_load_n(&r->version, __ATOMIC_ACQUIRE);
 		if (((__atomic_load_n(&r->preempted, __ATOMIC_ACQUIRE) & PVHINT_PREEMPTED) ||
 		     __atomic_load_n(&r->sleeping, __ATOMIC_RELAXED)) &&
@@ -347,17 +347,17 @@ static void flag_latency(void)
 	int n = 0;
 
 	start_busy(b);
-	uint64_t t0 = test_now_ns(), prev = t0;
-	while (n < MAXN && test_now_ns() - t0 < 1000000000ull) {
+	uint64_t t0 = os_now_ns(), prev = t0;
+	while (n < MAXN && os_now_ns() - t0 < 1000000000ull) {
 		/* Samples only while the observer itself ran throughout (gaps under 20 us). */
-		uint64_t loop = test_now_ns();
+		uint64_t loop = os_now_ns();
 		bool cont = loop - prev < 20000;
 		prev = loop;
 		for (int i = 0; i < NBUSY && n < MAXN; i++) {
 			bool f = __atomic_load_n(&h->rec[b[i].slot].preempted, __ATOMIC_ACQUIRE) &
 				 PVHINT_PREEMPTED;
 			if (f && !was[i] && cont) {
-				uint64_t now = test_now_ns(),
+				uint64_t now = os_now_ns(),
 					 last = __atomic_load_n(&b[i].last_ns, __ATOMIC_ACQUIRE);
 				if (last && now > last)
 					lat[n++] = now - last;

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <stdbool.h>
+#include <sys/auxv.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -238,7 +239,7 @@ int pvhint_open(const struct pvhint_options *opts, pvhint_t **out)
 	} else if (!strcmp(src, "kvm")) {
 		err = pvhint__kvm_open(im, kvm_path);
 	} else if (!strcmp(src, "bpf")) {
-		const char *mode = getenv("PVRT_BPF");
+		const char *mode = secure_getenv("PVRT_BPF");
 		if (mode && *mode && strcmp(mode, "thread") && strcmp(mode, "vcpu"))
 			err = pvhint__fail(
 			    -EINVAL, "PVRT_BPF='%s': unknown bpf mode (accepted: thread, vcpu)",
@@ -258,7 +259,11 @@ int pvhint_open(const struct pvhint_options *opts, pvhint_t **out)
 		if (err) {
 			char why[128];
 			snprintf(why, sizeof(why), "%s", pvhint_errmsg());
-			err = pvhint__bpf_open(im, false);
+			/* Not for a setuid (AT_SECURE) program: its invoker could make it load a
+			 * kernel program that runs at every context switch on the machine. */
+			err = getauxval(AT_SECURE)
+				  ? pvhint__fail(-EPERM, "bpf: not loaded by a setuid program")
+				  : pvhint__bpf_open(im, false);
 			if (err) {
 				snprintf(im->note, sizeof(im->note), "auto: %s; %s; using none",
 					 why, pvhint_errmsg());

@@ -27,7 +27,7 @@
 PVRT_API __thread int pvhint_tls_slot __attribute__((tls_model("initial-exec"))) = -1;
 PVRT_API int pvhint_slot_mode;
 
-#if PVRT_HAVE_BPF
+#if defined(PVRT_HAVE_BPF) && PVRT_HAVE_BPF
 
 #include "pvhint_bpf.skel.h"
 
@@ -351,7 +351,7 @@ static void *emu_map; /* the emulator's view of the thread page, never unmapped 
 void pvhint__bpf_prepare(void)
 {
 	static int failed; /* do not retry a load that failed */
-	const char *ks = getenv("PVRT_EMU_KSTATE");
+	const char *ks = secure_getenv("PVRT_EMU_KSTATE");
 
 	if (ks && !strcmp(ks, "proc"))
 		return;

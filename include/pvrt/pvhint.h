@@ -86,7 +86,8 @@ static inline uint32_t pvhint_nr_vcpus(const pvhint_t *h)
 }
 
 /* Records at or above this were never used (thread-slot pages; nr for the others): the bound for
- * a scan of every record. Out of line: a read of the header. */
+ * a scan of every record. Out of line: a read of the header.
+ * Context: any. */
 PVRT_API uint32_t pvhint_nr_used(const pvhint_t *h);
 
 /* Is vCPU v held descheduled by the host though runnable?
@@ -141,7 +142,8 @@ static inline int pvhint_cpu_now(void)
 PVRT_API extern __thread int pvhint_tls_slot __attribute__((tls_model("initial-exec")));
 PVRT_API extern int pvhint_slot_mode;
 /* Register the calling thread with the bpf source (once per thread: two bpf(2) calls) and
- * return its slot; 0 (a record that never says anything) when no slot is free. */
+ * return its slot; 0 (a record that never says anything) when no slot is free.
+ * Context: ULT, thread, fork (the child's threads register anew). */
 PVRT_API int pvhint_slot_register(void);
 
 /* The vCPU the calling thread runs on, i.e. the record that describes it: its emulated vCPU when
@@ -182,7 +184,8 @@ struct pvhint_bpf_stats {
 	uint64_t missed;   /* switch-outs whose preceding switch-in the program did not see */
 	uint32_t slots;	   /* slots owned now */
 };
-/* -ENOTSUP unless h is a bpf handle. */
+/* -ENOTSUP unless h is a bpf handle.
+ * Context: any. */
 PVRT_API int pvhint_bpf_stats(pvhint_t *h, struct pvhint_bpf_stats *out);
 
 /* ---- overcommit emulator (source emu) ----

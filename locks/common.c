@@ -63,7 +63,7 @@ void pvrt_locks_set_hints(pvhint_t *h)
 
 bool lk_any_other_preempted(pvhint_t *h)
 {
-	uint32_t n = pvhint_nr_vcpus(h);
+	uint32_t n = pvhint_nr_used(h); /* thread-slot pages: only the slots ever taken */
 	int self = pvhint_self_vcpu();
 	for (uint32_t v = 0; v < n; v++)
 		if ((int)v != self && pvhint_vcpu_preempted(h, v))

@@ -82,14 +82,14 @@ static inline bool lk_vcpu1_preempted(pvhint_t *h, uint32_t v1)
 	return v1 != 0 && pvhint_vcpu_preempted(h, v1 - 1);
 }
 
-/* The caller's vCPU + 1, for owner records. u: the caller's ULT (rt_ult_current()) or NULL.
- * A ULT reports its worker's vCPU, read through a call because a ULT may have moved to another
- * worker (and thread pointer) since the caller last read thread-local data. */
+/* The caller's vCPU (the record that describes it) + 1, for owner records. u: the caller's ULT
+ * (rt_ult_current()) or NULL. A ULT reports its worker's vCPU, read through a call because a ULT
+ * may have moved to another worker (and thread pointer) since the caller last read thread-local
+ * data. */
 static inline uint32_t lk_self_vcpu1(struct pvrt_ult *u)
 {
-	int v = u ? rt_worker_vcpu() : pvhint_tls_vcpu;
-	if (v < 0)
-		v = pvhint_cpu_now();
+	/* A thread: its emulated vCPU, its bpf thread slot or its CPU (pvhint_self_vcpu). */
+	int v = u ? rt_worker_vcpu() : pvhint_self_vcpu();
 	return (uint32_t)v + 1;
 }
 

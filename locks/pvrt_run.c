@@ -41,7 +41,7 @@ static void usage(FILE *f)
 	fprintf(
 	    f, "usage: pvrt-run [--hints=SRC] [--emu=SPEC] [--locks=pvrt|glibc] [--stats] [--] "
 	       "PROGRAM [ARGS...]\n"
-	       "  --hints=SRC   hint source: auto (default), kvm, emu, none\n"
+	       "  --hints=SRC   hint source: auto (default), kvm, bpf, emu, none\n"
 	       "  --emu=SPEC    overcommit emulator, e.g. vcpus=4,pcpus=2 (implies --hints=emu)\n"
 	       "  --locks=KIND  pvrt (default) or glibc (the baseline: glibc's locks, same setup)\n"
 	       "  --stats       print per-lock-class statistics when PROGRAM exits\n"
@@ -181,7 +181,7 @@ int main(int argc, char **argv)
 		return usage_error("%s", "--hints needs a value");
 	if (hints && strcmp(hints, "auto") && strcmp(hints, "kvm") && strcmp(hints, "emu") &&
 	    strcmp(hints, "none") && strcmp(hints, "bpf"))
-		return usage_error("unknown hint source '%s' (auto, kvm, emu, none)", hints);
+		return usage_error("unknown hint source '%s' (auto, kvm, bpf, emu, none)", hints);
 	if (locks && strcmp(locks, "pvrt") && strcmp(locks, "glibc"))
 		return usage_error("--locks is pvrt or glibc, not '%s'", locks);
 	if (emu && !*emu)

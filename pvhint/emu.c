@@ -434,6 +434,20 @@ static bool in_kernel_wait(struct emu_vcpu *vc, const struct emu_thr *t)
 	return p && p[1] == ' ' && p[2] != 'R';
 }
 
+/*
+ * The sampler's view of t: the bpf source's record when t has one (the scheduler's own events:
+ * blocked since its last switch-out, not yet woken; one load), else /proc as in_kernel_wait().
+ * Only the model uses it: whether a thread may be signalled is always read from /proc
+ * (send_stop), which never misses a state, whereas the program may miss a switch.
+ */
+static bool sampled_sleep(struct emu_vcpu *vc, const struct emu_thr *t)
+{
+	if (!t->krec)
+		return in_kernel_wait(vc, t);
+	vc->samples++;
+	return __atomic_load_n(&t->krec->sleeping, __ATOMIC_RELAXED) != 0;
+}
+
 /* Send the stop signal to t if it runs user code; returns whether it was sent. */
 static bool send_stop(struct pvhint_emu *e, struct emu_vcpu *vc, struct emu_thr *t)
 {
@@ -622,7 +636,7 @@ static void sample_threads(struct pvhint_emu *e)
 				send_stop(e, vc, t); /* re-reads the state; stops it if it woke */
 				continue;
 			}
-			bool sl = in_kernel_wait(vc, t);
+			bool sl = sampled_sleep(vc, t);
 			/*
 			 * Read in_hold after the state: a thread seen sleeping in wait_hold() had
 			 * set it before it slept, so this load sees it (or the thread has woken
@@ -1017,6 +1031,8 @@ int pvhint__emu_open(struct pvhint_impl *im, const char *spec, const char *label
 
 	e->im = im;
 	e->khalt = (c.mode == EMU_SLICE || c.mode == EMU_NOISY) && c.ksleep;
+	if (e->khalt)
+		pvhint__bpf_prepare(); /* now: a load at the first attach would delay it */
 	pthread_once(&fork_once, fork_register);
 	lock_enter(&glock);
 	err = sig_get(c.sig);
@@ -1233,6 +1249,8 @@ int pvhint_emu_attach(pvhint_t *h, unsigned v)
 	int cs; /* open is a cancellation point: see nap_ns */
 	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cs);
 	t->statfd = open("/proc/thread-self/stat", O_RDONLY | O_CLOEXEC);
+	if (e->khalt)
+		t->krec = pvhint__bpf_self_record(); /* the sampler's exact source, when it loads */
 	pthread_setcancelstate(cs, NULL);
 	pthread_once(&key_once, make_key);
 	if (exit_key != (pthread_key_t)-1)

@@ -48,10 +48,11 @@ struct emu_thr {
 	uint32_t state;		/* THR_*; futex word the control side waits on for the ack */
 	uint32_t hold;		/* futex word: 1 while the vCPU is descheduled */
 	int statfd;		/* /proc/thread-self/stat of this thread: R or sleeping */
-	bool ksleep;		/* control side (emu->lock): last seen sleeping in the kernel */
-	uint32_t in_hold;	/* in wait_hold(): blocked by the emulator, not by the program */
-	uint32_t deferred;	/* a stop landed while the thread held an emulator lock */
-	uint64_t stop_sent;	/* control side: when the pending stop signal was sent */
+	const struct pvhint_record *krec; /* its bpf thread slot (sleeping byte), or NULL */
+	bool ksleep;	    /* control side (emu->lock): last seen sleeping in the kernel */
+	uint32_t in_hold;   /* in wait_hold(): blocked by the emulator, not by the program */
+	uint32_t deferred;  /* a stop landed while the thread held an emulator lock */
+	uint64_t stop_sent; /* control side: when the pending stop signal was sent */
 	/* Written by the thread (handler), read by pvhint_emu_stats. */
 	uint64_t stops, stopped_ns, eintr;
 	struct emu_thr *next; /* the vCPU's list (emu->lock) */

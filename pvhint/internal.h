@@ -22,7 +22,9 @@ struct pvhint_impl {
 	size_t map_len;
 	const struct pvhint_header *hdr; /* == map */
 	struct pvhint_emu *emu;		 /* source emu only */
-	char note[256];			 /* why auto chose what it chose */
+	bool bpf;			 /* source bpf: a reference on the process's instance */
+	bool bpf_slots;			 /* ... in thread-slot mode (else vCPU mode) */
+	char note[512];			 /* why auto chose what it chose */
 	char export_path[256];		 /* emu export=: the page's file, removed at close */
 };
 
@@ -51,6 +53,19 @@ int pvhint__kvm_open(struct pvhint_impl *im, const char *path);
 /* The kvm source's header checks (src_kvm.c): 0 and the length to map, or an error. */
 int pvhint__page_check(const struct pvhint_header *h, const char *path, size_t pg, bool is_file,
 		       size_t file_size, size_t *len);
+/* The bpf source (src_bpf.c): one program instance per process, loaded by the first open. */
+/* vcpu: the zero-patch KVM mode (per-vCPU records copied from the host's steal time). */
+int pvhint__bpf_open(struct pvhint_impl *im, bool vcpu);
+void pvhint__bpf_close(struct pvhint_impl *im);
+/* Claim a slot for the calling thread in the process's instance: the slot, or a negative errno
+ * (-ENODEV: no instance loaded, -ENOSPC: all taken). Two bpf(2) calls. */
+int pvhint__bpf_claim(void);
+/* For the emulator's ksleep sampler: load the process's bpf instance without a handle (so
+ * pvhint_self_vcpu() is unchanged), unless PVRT_EMU_KSTATE=proc or it cannot load (then the
+ * sampler reads /proc); then the calling thread's record in it, registering the thread (NULL when
+ * not prepared). */
+void pvhint__bpf_prepare(void);
+const struct pvhint_record *pvhint__bpf_self_record(void);
 int pvhint__emu_open(struct pvhint_impl *im, const char *spec, const char *label);
 void pvhint__emu_close(struct pvhint_impl *im);
 void pvhint__emu_park(struct pvhint_impl *im);

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <stdbool.h>
+#include <sys/auxv.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -198,7 +199,7 @@ void pvhint__page_free(struct pvhint_impl *im)
 	im->export_path[0] = 0;
 }
 
-static const char *const accepted = "auto, kvm, emu, none";
+static const char *const accepted = "auto, kvm, bpf, emu, none";
 
 int pvhint_open(const struct pvhint_options *opts, pvhint_t **out)
 {
@@ -237,19 +238,39 @@ int pvhint_open(const struct pvhint_options *opts, pvhint_t **out)
 		err = pvhint__none_open(im);
 	} else if (!strcmp(src, "kvm")) {
 		err = pvhint__kvm_open(im, kvm_path);
+	} else if (!strcmp(src, "bpf")) {
+		const char *mode = secure_getenv("PVRT_BPF");
+		if (mode && *mode && strcmp(mode, "thread") && strcmp(mode, "vcpu"))
+			err = pvhint__fail(
+			    -EINVAL, "PVRT_BPF='%s': unknown bpf mode (accepted: thread, vcpu)",
+			    mode);
+		else
+			err = pvhint__bpf_open(im, mode && !strcmp(mode, "vcpu"));
 	} else if (!strcmp(src, "emu")) {
 		err = pvhint__emu_open(im, spec, spec_label);
 	} else if (!strcmp(src, "auto")) {
 		/*
-		 * The kernel page when it is there and valid; anything else (missing device, an
-		 * ABI this library does not know, a truncated page) falls back to none, as an
-		 * unpatched machine must keep working. The reason stays in pvhint_note().
+		 * The kernel page when it is there and valid (vCPU hints from the host), else the
+		 * BPF program when it loads (thread hints from this kernel's scheduler), else none:
+		 * an unpatched, unprivileged machine must keep working. Why the earlier ones were
+		 * passed over stays in pvhint_note().
 		 */
 		err = pvhint__kvm_open(im, kvm_path);
 		if (err) {
-			snprintf(im->note, sizeof(im->note), "auto: %s; using none",
-				 pvhint_errmsg());
-			err = pvhint__none_open(im);
+			char why[128];
+			snprintf(why, sizeof(why), "%s", pvhint_errmsg());
+			/* Not for a setuid (AT_SECURE) program: its invoker could make it load a
+			 * kernel program that runs at every context switch on the machine. */
+			err = getauxval(AT_SECURE)
+				  ? pvhint__fail(-EPERM, "bpf: not loaded by a setuid program")
+				  : pvhint__bpf_open(im, false);
+			if (err) {
+				snprintf(im->note, sizeof(im->note), "auto: %s; %s; using none",
+					 why, pvhint_errmsg());
+				err = pvhint__none_open(im);
+			} else {
+				snprintf(im->note, sizeof(im->note), "auto: %s; using bpf", why);
+			}
 		}
 	} else {
 		err = pvhint__fail(-EINVAL, "%s='%s': unknown hint source (accepted: %s)", what,
@@ -274,6 +295,8 @@ void pvhint_close(pvhint_t *h)
 		return;
 	if (h->impl->emu)
 		pvhint__emu_close(h->impl);
+	if (h->impl->bpf)
+		pvhint__bpf_close(h->impl);
 	pvhint__page_free(h->impl);
 	free(h->impl);
 	free(h);
@@ -296,6 +319,14 @@ const char *pvhint_source_name(const pvhint_t *h)
 	default:
 		return "none";
 	}
+}
+
+uint32_t pvhint_nr_used(const pvhint_t *h)
+{
+	if (!h->impl) /* a handle built by hand (tests): records only */
+		return h->nr;
+	uint32_t u = __atomic_load_n(&h->impl->hdr->nr_used, __ATOMIC_RELAXED);
+	return u && u < h->nr ? u : h->nr;
 }
 
 const char *pvhint_note(const pvhint_t *h)

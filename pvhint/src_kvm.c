@@ -37,6 +37,9 @@ int pvhint__page_check(const struct pvhint_header *h, const char *path, size_t p
 	    h->source != PVHINT_SOURCE_BPF)
 		return pvhint__fail(-EINVAL, "kvm: %s: unknown source %u in the header", path,
 				    h->source);
+	if (h->kind > PVHINT_KIND_THREAD)
+		return pvhint__fail(-EINVAL, "kvm: %s: unknown record kind %u in the header", path,
+				    h->kind);
 	for (unsigned i = 0; i < sizeof(h->reserved) / sizeof(h->reserved[0]); i++) {
 		if (h->reserved[i])
 			return pvhint__fail(-EINVAL, "kvm: %s: reserved header word %u is not zero",

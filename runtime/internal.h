@@ -216,6 +216,7 @@ struct pvrt_rt {
 	struct pvrt_sched_view view;
 	pvhint_t *hint;
 	int emu;
+	int slots; /* the hint records are thread slots (bpf): a worker's is its thread's */
 	size_t stack_size;
 	uint64_t poll_min, poll_max;
 	int eager_timers;

@@ -498,6 +498,8 @@ static void *worker_main(void *arg)
 		pvhint_emu_attach(pvrt_rt.hint, w->vcpu);
 		m->emu = 1;
 	}
+	if (pvrt_rt.slots) /* its record is its own thread's slot (registered here) */
+		__atomic_store_n(&w->vcpu, (unsigned)pvhint_self_vcpu(), __ATOMIC_RELAXED);
 	pvrt_san_thread_context(&w->sched.san);
 	m->home.san = w->sched.san;
 	__atomic_store_n(&w->cur, NULL, __ATOMIC_RELAXED); /* sysmon samples it */
@@ -585,6 +587,7 @@ int pvrt_init(const struct pvrt_config *c)
 	memset(&pvrt_rt, 0, sizeof(pvrt_rt));
 	pvrt_rt.hint = h;
 	pvrt_rt.emu = pvhint_header(h)->source == PVHINT_SOURCE_EMU;
+	pvrt_rt.slots = pvhint_header(h)->kind == PVHINT_KIND_THREAD;
 	pvrt_rt.nw = s.nw;
 	pvrt_rt.pol = s.pol;
 	pvrt_rt.stack_size = s.stack;
@@ -615,7 +618,8 @@ int pvrt_init(const struct pvrt_config *c)
 		w->idx = i;
 		w->cpu = s.cpus[i % s.ncpus];
 		unsigned nv = pvhint_nr_vcpus(h);
-		w->vcpu = pvrt_rt.emu && nv ? i % nv : (unsigned)w->cpu;
+		/* Thread slots (bpf): slot 0 (no hints) until the worker's thread registers. */
+		w->vcpu = pvrt_rt.emu && nv ? i % nv : pvrt_rt.slots ? 0 : (unsigned)w->cpu;
 		w->rng[0] = 0x9E3779B97F4A7C15ull * (i + 1) ^ (uint64_t)os_now_ns();
 		w->armed = UINT64_MAX;
 #if PVRT_INJECT_WFCQ
@@ -663,6 +667,8 @@ int pvrt_init(const struct pvrt_config *c)
 		pvhint_emu_attach(h, w0->vcpu);
 		w0->owner->emu = 1;
 	}
+	if (pvrt_rt.slots)
+		__atomic_store_n(&w0->vcpu, (unsigned)pvhint_self_vcpu(), __ATOMIC_RELAXED);
 	rt_tls_worker = w0;
 	pvrt_sysmon_prepare();
 	r = pvrt_preempt_init();

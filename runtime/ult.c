@@ -446,7 +446,8 @@ static bool view_parked(const struct pvrt_sched_view *v, unsigned w)
 static unsigned view_vcpu(const struct pvrt_sched_view *v, unsigned w)
 {
 	(void)v;
-	return pvrt_rt.w[w]->vcpu;
+	/* Relaxed: set once by the worker's thread in slot mode (bpf). */
+	return __atomic_load_n(&pvrt_rt.w[w]->vcpu, __ATOMIC_RELAXED);
 }
 
 static unsigned view_queued(const struct pvrt_sched_view *v, unsigned w)
@@ -529,7 +530,8 @@ static void inject_to(struct pvrt_worker *from, unsigned target, struct pvrt_ult
 	 */
 	if (__atomic_load_n(&t->park_word, __ATOMIC_SEQ_CST)) {
 		pvrt_wake_worker(target);
-	} else if (pvhint_vcpu_preempted(pvrt_rt.hint, t->vcpu)) {
+	} else if (pvhint_vcpu_preempted(pvrt_rt.hint,
+					 __atomic_load_n(&t->vcpu, __ATOMIC_RELAXED))) {
 		/* The target runs but its vCPU is held by the host: let a parked worker take it. */
 		struct pvrt_sched_caller c = caller_of(from);
 		int v = pvrt_rt.pol->wake_idle(&pvrt_rt.view, &c, target);

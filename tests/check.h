@@ -54,4 +54,29 @@ static inline void test_sleep_us(uint64_t us)
 		;
 }
 
+/* /proc schedstat of one of this process's threads: on-CPU ns and run-queue wait ns. */
+static inline void test_schedstat(int tid, uint64_t *run, uint64_t *wait)
+{
+	char path[64];
+	unsigned long long r = 0, w = 0;
+	snprintf(path, sizeof(path), "/proc/self/task/%d/schedstat", tid);
+	FILE *f = fopen(path, "r");
+	CHECK(f);
+	CHECK(fscanf(f, "%llu %llu", &r, &w) == 2);
+	fclose(f);
+	*run = r;
+	*wait = w;
+}
+
+/* What 'auto' falls back to without a kernel page: bpf where it loads (privileged, kernel with
+ * BTF, built with it), else none. */
+static inline const char *test_auto_fallback(void)
+{
+	pvhint_t *b;
+	if (pvhint_open(&(struct pvhint_options){.source = "bpf"}, &b))
+		return "none";
+	pvhint_close(b);
+	return "bpf";
+}
+
 #endif /* PVRT_TESTS_CHECK_H */

@@ -7,6 +7,8 @@
 # usage: overcommit.sh BENCH_LOCKS [ROUNDS] [SECONDS-PER-RUN]
 #   PCPUS (default 2) emulated physical CPUs; LEVELS (default "1 1.5 2 3");
 #   QUANTUM (default 3ms) the emulated host time slice; FILTER a --benchmark_filter regex.
+#   REAL=1: real CFS overcommit instead of the emulator: factor x PCPUS threads pinned to CPUs
+#   0..PCPUS-1 (taskset), hints from HINTS (default bpf: thread-slot hints of the bpf source).
 set -eu
 bench=$1 reps=${2:-3} secs=${3:-0.5}
 pcpus=${PCPUS:-2}
@@ -24,6 +26,11 @@ for f in $levels; do
 		PVRT_HINTS=none PVRT_BENCH_THREADS=$pcpus PVRT_BENCH_SECONDS=$secs "$bench" \
 			--benchmark_filter="$filter" --benchmark_format=json >"$out" 2>"$tmp/err" ||
 			{ cat "$tmp/err" >&2; exit 1; }
+	elif [ "${REAL:-0}" = 1 ]; then
+		echo "== round $r, ${f}x real overcommit: $vcpus threads on CPUs 0-$((pcpus - 1)), hints ${HINTS:-bpf}" >&2
+		PVRT_HINTS=${HINTS:-bpf} PVRT_BENCH_THREADS=$vcpus PVRT_BENCH_SECONDS=$secs \
+			taskset -c "0-$((pcpus - 1))" "$bench" --benchmark_filter="$filter" \
+			--benchmark_format=json >"$out" 2>"$tmp/err" || { cat "$tmp/err" >&2; exit 1; }
 	else
 		echo "== round $r, ${f}x overcommit: vcpus=$vcpus,pcpus=$pcpus,quantum=$quantum" >&2
 		PVRT_HINTS=emu PVRT_EMU="vcpus=$vcpus,pcpus=$pcpus,quantum=$quantum" \

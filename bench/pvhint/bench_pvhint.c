@@ -27,18 +27,20 @@
 #include <time.h>
 #include <unistd.h>
 
-enum { SRC_NONE, SRC_KVM, SRC_EMU, NSRC };
-static const char *const src_name[NSRC] = {"none", "kvm(fake page)", "emu(random)"};
+enum { SRC_NONE, SRC_KVM, SRC_EMU, SRC_BPF, NSRC };
+static const char *const src_name[NSRC] = {"none", "kvm(fake page)", "emu(random)",
+					   "bpf(thread slots)"};
 static pvhint_t *hs[NSRC];
 static char kvm_path[] = "/tmp/pvhint-bench-XXXXXX";
 
 #define BATCH 1024
 
-/* i & mask cycles over the vCPUs (a power-of-two prefix of them) without a division. */
+/* i & mask cycles over the vCPUs (a power-of-two prefix of them, at most 8: the few records a lock
+ * reads, not a scan of bpf's 4096 slots) without a division. */
 static unsigned vcpu_mask(const pvhint_t *h)
 {
 	unsigned mask = 1;
-	while (mask * 2 <= pvhint_nr_vcpus(h))
+	while (mask * 2 <= pvhint_nr_vcpus(h) && mask < 8)
 		mask *= 2;
 	return mask - 1;
 }
@@ -78,10 +80,13 @@ static void BM_steal(pvrt_bench_state *st)
 	pvrt_bench_set_label(st, src_name[pvrt_bench_arg(st, 0)]);
 }
 
-/* arg 0: not attached (rseq cpu_id); 1: attached to an emulated vCPU (TLS); 2: sched_getcpu */
+/* arg 0: not attached (rseq cpu_id); 1: attached to an emulated vCPU (TLS); 2: sched_getcpu;
+ * 3: bpf thread slot (TLS, registered at the first call) */
 static void BM_self_vcpu(pvrt_bench_state *st)
 {
 	int64_t how = pvrt_bench_arg(st, 0);
+	/* An open bpf handle turns pvhint_self_vcpu() into the slot query: only for how 3. */
+	int slots = __atomic_exchange_n(&pvhint_slot_mode, how == 3, __ATOMIC_RELAXED);
 	if (how == 1)
 		pvhint_emu_attach(hs[SRC_EMU], 1);
 	int acc = 0;
@@ -93,9 +98,11 @@ static void BM_self_vcpu(pvrt_bench_state *st)
 	pvrt_bench_do_not_optimize(acc);
 	if (how == 1)
 		pvhint_emu_detach(hs[SRC_EMU]);
+	__atomic_store_n(&pvhint_slot_mode, slots, __ATOMIC_RELAXED);
 	pvrt_bench_set_label(st, how == 0   ? "rseq cpu_id"
 				 : how == 1 ? "emu-attached (TLS)"
-					    : "sched_getcpu");
+				 : how == 2 ? "sched_getcpu"
+					    : "bpf slot (TLS)");
 }
 
 /* ---- emulator stop/resume latency (script mode) ---- */
@@ -233,12 +240,17 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	unlink(kvm_path); /* the mapping stays */
+	/* bpf where it loads (privileged, BTF): its queries read the program's frozen map. */
+	if (pvhint_open(&(struct pvhint_options){.source = "bpf"}, &hs[SRC_BPF]))
+		fprintf(stderr, "bench_pvhint: no bpf source (%s)\n", pvhint_errmsg());
 	for (int64_t s = 0; s < NSRC; s++) {
+		if (!hs[s])
+			continue;
 		pvrt_bench_args(pvrt_bench_register("BM_vcpu_preempted", BM_vcpu_preempted), 1, &s);
 		pvrt_bench_args(pvrt_bench_register("BM_pcpu_idle", BM_pcpu_idle), 1, &s);
 		pvrt_bench_args(pvrt_bench_register("BM_steal", BM_steal), 1, &s);
 	}
-	for (int64_t how = 0; how < 3; how++)
+	for (int64_t how = 0; how < (hs[SRC_BPF] ? 4 : 3); how++)
 		pvrt_bench_args(pvrt_bench_register("BM_self_vcpu", BM_self_vcpu), 1, &how);
 	pvrt_bench_unit_us(
 	    pvrt_bench_manual_time(pvrt_bench_register("BM_emu_deschedule", BM_emu_deschedule)));
@@ -246,7 +258,8 @@ int main(int argc, char **argv)
 	    pvrt_bench_manual_time(pvrt_bench_register("BM_emu_resume", BM_emu_resume)));
 	int rc = pvrt_bench_main(argc, argv);
 	for (int s = 0; s < NSRC; s++)
-		pvhint_close(hs[s]);
+		if (hs[s])
+			pvhint_close(hs[s]);
 	pvhint_close(hscript);
 	return rc;
 }

@@ -7,8 +7,11 @@
  *         records (PVHINT_DEV_PATH, guest-patches/);
  *   emu   an in-process overcommit emulator that really stops the threads of
  *         descheduled vCPUs and publishes the same page;
+ *   bpf   a BPF program on the scheduler tracepoints (needs CAP_BPF + CAP_PERFMON and a
+ *         kernel with BTF); its records are thread slots, not vCPUs (PVHINT_KIND_THREAD):
+ *         "is vCPU v preempted" reads "is the thread of slot v preempted";
  *   none  all hints false.
- * 'auto' (the default) picks kvm when the device exists, else none.
+ * 'auto' (the default) picks kvm when the device exists, else bpf when it loads, else none.
  *
  * Queries are inline and read the page with one plain load: no syscall, no
  * lock. Every answer is a hint and may be stale when used.
@@ -41,8 +44,9 @@ typedef struct pvhint {
 } pvhint_t;
 
 struct pvhint_options {
-	const char *source;   /* "auto", "kvm", "emu", "none"; NULL: $PVRT_HINTS, else "auto" */
-	const char *emu;      /* emulator spec (see pvhint_emu_*); NULL: $PVRT_EMU, else defaults */
+	const char
+	    *source;	 /* "auto", "kvm", "bpf", "emu", "none"; NULL: $PVRT_HINTS, else "auto" */
+	const char *emu; /* emulator spec (see pvhint_emu_*); NULL: $PVRT_EMU, else defaults */
 	const char *kvm_path; /* page to map for kvm; NULL: $PVRT_HINT_DEV, else PVHINT_DEV_PATH */
 };
 
@@ -80,6 +84,11 @@ static inline uint32_t pvhint_nr_vcpus(const pvhint_t *h)
 {
 	return h->nr;
 }
+
+/* Records at or above this were never used (thread-slot pages; nr for the others): the bound for
+ * a scan of every record. Out of line: a read of the header.
+ * Context: any. */
+PVRT_API uint32_t pvhint_nr_used(const pvhint_t *h);
 
 /* Is vCPU v held descheduled by the host though runnable?
  * Context: any. */
@@ -128,12 +137,29 @@ static inline int pvhint_cpu_now(void)
 	return pvhint_cpu_slow();
 }
 
-/* The vCPU the calling thread runs on: its emulated vCPU when attached to one, else the CPU.
+/* Thread-slot mode (a bpf handle is open): the calling thread's slot, or -1 before it registered
+ * (private to libpvhint; read inline). */
+PVRT_API extern __thread int pvhint_tls_slot __attribute__((tls_model("initial-exec")));
+PVRT_API extern int pvhint_slot_mode;
+/* Register the calling thread with the bpf source (once per thread: two bpf(2) calls) and
+ * return its slot; 0 (a record that never says anything) when no slot is free.
+ * Context: ULT, thread, fork (the child's threads register anew). */
+PVRT_API int pvhint_slot_register(void);
+
+/* The vCPU the calling thread runs on, i.e. the record that describes it: its emulated vCPU when
+ * attached to one; its thread slot while a bpf handle is open (registered on first use); else
+ * the CPU.
  * Context: any. */
 static inline int pvhint_self_vcpu(void)
 {
 	int v = pvhint_tls_vcpu;
-	return v >= 0 ? v : pvhint_cpu_now();
+	if (v >= 0)
+		return v;
+	if (__builtin_expect(__atomic_load_n(&pvhint_slot_mode, __ATOMIC_RELAXED), 0)) {
+		v = pvhint_tls_slot;
+		return v >= 0 ? v : pvhint_slot_register();
+	}
+	return pvhint_cpu_now();
 }
 
 /* ---- telling the source what threads do (no-ops unless the source needs it) ---- */
@@ -149,6 +175,18 @@ PVRT_API void pvhint_thread_park(pvhint_t *h);
 /* The calling thread has woken (see pvhint_thread_park).
  * Context: thread, ULT (for its worker); fork (no-op for an inherited emulator). */
 PVRT_API void pvhint_thread_unpark(pvhint_t *h);
+
+/* ---- the bpf source ---- */
+
+/* Counters of the process's BPF program (totals since it was loaded). */
+struct pvhint_bpf_stats {
+	uint64_t switches; /* switch-outs of registered threads */
+	uint64_t missed;   /* switch-outs whose preceding switch-in the program did not see */
+	uint32_t slots;	   /* slots owned now */
+};
+/* -ENOTSUP unless h is a bpf handle.
+ * Context: any. */
+PVRT_API int pvhint_bpf_stats(pvhint_t *h, struct pvhint_bpf_stats *out);
 
 /* ---- overcommit emulator (source emu) ----
  *
@@ -171,7 +209,9 @@ PVRT_API void pvhint_thread_unpark(pvhint_t *h);
  *   ksleep=1ms    slice/noisy: how often the kernel state of attached threads is sampled; a
  *                 vCPU whose threads are all parked or sleeping in the kernel (futex, read,
  *                 nanosleep, ...) is halted, as a guest vCPU in HLT (0: only parked threads
- *                 halt a vCPU; script and random modes never sample)
+ *                 halt a vCPU; script and random modes never sample). The sample reads the
+ *                 thread's bpf record where the bpf program loads, else /proc
+ *                 (PVRT_EMU_KSTATE=proc forces /proc)
  *   export=PATH   also publish the page in the new file PATH (e.g. /dev/shm/pvrt-emu; -EEXIST
  *                 if PATH exists, even as a symbolic link), removed at close and at exit:
  *                 other processes read the emulated hints with the kvm source

@@ -11,7 +11,8 @@
  *
  *   0                 struct pvhint_header   (one page: PVHINT_HEADER_SIZE)
  *   header_size       struct pvhint_record[nr_records], each record_stride bytes
- *                     (record i describes vCPU i, i.e. the guest's CPU number i)
+ *                     (record i describes vCPU i, i.e. the guest's CPU number i, or, when
+ *                     the header's kind is PVHINT_KIND_THREAD, thread slot i: see below)
  *   ...               zero padding up to a page boundary
  *
  * Records keep the exact layout of KVM's struct kvm_steal_time so that the
@@ -42,13 +43,34 @@
  *  - No kernel pointer or other kernel data appears in the mapping; it reveals
  *    only this VM's own steal-time data, so any local user may read it.
  *
+ * Thread-slot pages (kind PVHINT_KIND_THREAD, the bpf source)
+ * -----------------------------------------------------------
+ * Without a hypervisor (or without the guest patch) the unit the kernel preempts is a thread,
+ * not a vCPU. The bpf source's BPF program on the scheduler tracepoints publishes one record
+ * per registered thread slot, with the same meaning as for a vCPU:
+ *  - preempted: the thread was switched out while runnable (involuntary preemption, or a yield)
+ *    and has not run since; a thread blocked in the kernel is not preempted (as a halted vCPU).
+ *  - steal:     cumulative ns the thread was runnable but not running (woken or preempted,
+ *    waiting for a CPU) since it took the slot; same version protocol; restarts at 0 when the
+ *    slot is reused.
+ *  - is_idle:   the CPU the thread last ran on (or was moved to while waiting) is idle now, so a
+ *    wake-up of this thread runs at once; 0 while the thread runs.
+ *  - sleeping:  byte 18: the thread is blocked in the kernel (switched out not runnable and not
+ *    woken since). Only in thread-slot pages (PVHINT_VALID_SLEEPING).
+ *  - owner:     the slot's thread id (kernel tid), 0 while the slot is free.
+ * Record 0 is never assigned: it stays all zero ("no hints") and is the slot of a thread that
+ * could not be registered. A thread's slot is what pvhint_self_vcpu() returns and what lock
+ * owner records store, so "is the owner's vCPU preempted?" becomes "is the owner preempted?".
+ * A slot is freed when its thread exits (the program's sched_process_exit hook). nr_used bounds
+ * the slots ever taken, for readers that scan all records.
+ *
  * Readers must treat every field as a hint: it may be stale by the time it is
  * used. Correctness must never depend on it.
  */
 #ifndef PVRT_PVHINT_ABI_H
 #define PVRT_PVHINT_ABI_H
 
-#ifdef __KERNEL__
+#if defined(__KERNEL__) || defined(__bpf__) /* the kernel, or the bpf source's BPF program */
 #include <linux/types.h>
 typedef __u8 pvhint_u8;
 typedef __u16 pvhint_u16;
@@ -73,6 +95,11 @@ typedef uint64_t pvhint_u64;
 #define PVHINT_VALID_STEAL     (1u << 0) /* steal and version */
 #define PVHINT_VALID_PREEMPTED (1u << 1)
 #define PVHINT_VALID_IS_IDLE   (1u << 2)
+#define PVHINT_VALID_SLEEPING  (1u << 3) /* sleeping and owner (thread-slot pages) */
+
+/* pvhint_header.kind: what a record describes. */
+#define PVHINT_KIND_VCPU   0u /* record i = vCPU i (kvm, emu, none; the kernel's pages) */
+#define PVHINT_KIND_THREAD 1u /* record i = registered thread slot i (bpf) */
 
 /* pvhint_header.source: who produced the page. */
 #define PVHINT_SOURCE_NONE 0u
@@ -92,7 +119,9 @@ struct pvhint_header {
 	pvhint_u32 record_stride; /* bytes between records (PVHINT_RECORD_SIZE) */
 	pvhint_u32 nr_records;	  /* one per possible vCPU */
 	pvhint_u32 valid;	  /* PVHINT_VALID_* */
-	pvhint_u64 reserved[5];	  /* zero */
+	pvhint_u32 kind;	  /* PVHINT_KIND_*; 0 (vCPU) in pages that predate it */
+	pvhint_u32 nr_used;	  /* records >= nr_used were never used; 0: all may be */
+	pvhint_u64 reserved[4];	  /* zero */
 };
 
 /*
@@ -119,8 +148,10 @@ struct pvhint_record {
 	pvhint_u32 flags;
 	pvhint_u8 preempted;
 	pvhint_u8 is_idle;
-	pvhint_u8 pad8[2];
-	pvhint_u32 pad[11];
+	pvhint_u8 sleeping; /* thread-slot pages only (see above); 0 otherwise */
+	pvhint_u8 pad8;
+	pvhint_u32 owner; /* thread-slot pages only: the slot's tid, 0 free */
+	pvhint_u32 pad[10];
 };
 
 #ifndef __KERNEL__
@@ -130,12 +161,17 @@ struct pvhint_record {
 #define PVHINT_STATIC_ASSERT _Static_assert
 #endif
 PVHINT_STATIC_ASSERT(sizeof(struct pvhint_record) == PVHINT_RECORD_SIZE, "record is 64 bytes");
-PVHINT_STATIC_ASSERT(offsetof(struct pvhint_record, steal) == 0, "steal at 0");
-PVHINT_STATIC_ASSERT(offsetof(struct pvhint_record, version) == 8, "version at 8");
-PVHINT_STATIC_ASSERT(offsetof(struct pvhint_record, flags) == 12, "flags at 12");
-PVHINT_STATIC_ASSERT(offsetof(struct pvhint_record, preempted) == 16, "preempted at 16");
-PVHINT_STATIC_ASSERT(offsetof(struct pvhint_record, is_idle) == 17, "is_idle at 17");
+PVHINT_STATIC_ASSERT(__builtin_offsetof(struct pvhint_record, steal) == 0, "steal at 0");
+PVHINT_STATIC_ASSERT(__builtin_offsetof(struct pvhint_record, version) == 8, "version at 8");
+PVHINT_STATIC_ASSERT(__builtin_offsetof(struct pvhint_record, flags) == 12, "flags at 12");
+PVHINT_STATIC_ASSERT(__builtin_offsetof(struct pvhint_record, preempted) == 16, "preempted at 16");
+PVHINT_STATIC_ASSERT(__builtin_offsetof(struct pvhint_record, is_idle) == 17, "is_idle at 17");
+PVHINT_STATIC_ASSERT(__builtin_offsetof(struct pvhint_record, sleeping) == 18, "sleeping at 18");
+PVHINT_STATIC_ASSERT(__builtin_offsetof(struct pvhint_record, owner) == 20, "owner at 20 (pad[0])");
 PVHINT_STATIC_ASSERT(sizeof(struct pvhint_header) == 64, "header block is 64 bytes");
+PVHINT_STATIC_ASSERT(__builtin_offsetof(struct pvhint_header, kind) == 24,
+		     "kind at 24 (reserved[0])");
+PVHINT_STATIC_ASSERT(__builtin_offsetof(struct pvhint_header, nr_used) == 28, "nr_used at 28");
 PVHINT_STATIC_ASSERT(PVHINT_HEADER_SIZE % 4096 == 0, "records start on a page boundary");
 #endif
 

@@ -20,7 +20,8 @@ check() {
 	done
 }
 check os
-check pvhint pvrt_os.h
+# pvhint_bpf.skel.h: the bpf source's skeleton, generated into the build tree by bpftool
+check pvhint pvrt_os.h pvhint_bpf.skel.h
 check sched pvrt_os.h
 check runtime pvrt_os.h pvrt_sched.h
 check locks pvrt_os.h wait.h

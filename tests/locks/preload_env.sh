@@ -62,7 +62,7 @@ expect_one locks_case "PVRT_LOCKS='GLIBC'" "using pvrt"
 
 # A bad hint source or emulator spec: one line, pvrt's locks on hint source none.
 run hints_bogus PVRT_HINTS=bogus
-expect_one hints_bogus "PVRT_HINTS='bogus'" "auto, kvm, emu, none" "using hint source none"
+expect_one hints_bogus "PVRT_HINTS='bogus'" "auto, kvm, bpf, emu, none" "using hint source none"
 [ "$acq" -gt 100 ] || fail "PVRT_HINTS=bogus: pvrt's locks not in use"
 run emu_bogus PVRT_HINTS=emu PVRT_EMU=vcpus=banana
 expect_one emu_bogus "PVRT_EMU" "banana" "using hint source none"

@@ -25,7 +25,7 @@ static void *asker(void *arg)
 	pthread_barrier_wait(&bar);
 	err[i] = pvhint_default(&got[i]);
 	if (err[i])
-		CHECK(strstr(pvhint_errmsg(), "accepted: auto, kvm, emu, none"));
+		CHECK(strstr(pvhint_errmsg(), "accepted: auto, kvm, bpf, emu, none"));
 	return NULL;
 }
 

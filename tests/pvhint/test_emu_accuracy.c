@@ -34,13 +34,8 @@ static bool spin_rt;
  */
 static uint64_t spinner_active_ns(void)
 {
-	char path[64];
-	unsigned long long run = 0, wait = 0;
-	snprintf(path, sizeof(path), "/proc/self/task/%d/schedstat", spin_tid);
-	FILE *f = fopen(path, "r");
-	CHECK(f);
-	CHECK(fscanf(f, "%llu %llu", &run, &wait) == 2);
-	fclose(f);
+	uint64_t run, wait;
+	test_schedstat(spin_tid, &run, &wait);
 	return run + wait;
 }
 

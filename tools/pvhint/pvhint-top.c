@@ -4,7 +4,9 @@
  *
  * Per vCPU: preempted and is_idle now, steal rate and the fraction of the last interval the vCPU
  * read as preempted (sampled every millisecond). With PVRT_HINTS=emu it drives an emulator
- * configured by PVRT_EMU, with spinning threads attached so there is something to show.
+ * configured by PVRT_EMU, with spinning threads attached so there is something to show. With
+ * PVRT_HINTS=bpf the records are thread slots (this process's registered threads: the spinners,
+ * two per CPU by default so that the scheduler has to preempt them), listed with their tids.
  */
 #define _GNU_SOURCE
 #include <pvrt/pvhint.h>
@@ -34,7 +36,9 @@ static void on_signal(int sig)
 static void *spin_main(void *arg)
 {
 	(void)arg;
-	if (pvhint_emu_attach_next(h))
+	if (pvhint_header(h)->kind == PVHINT_KIND_THREAD)
+		(void)pvhint_self_vcpu(); /* registers the thread: its slot is listed */
+	else if (pvhint_emu_attach_next(h))
 		return NULL;
 	/* A runnable vCPU that parks now and then, like a worker: busy 90%, halted 10%. */
 	while (!__atomic_load_n(&spin_stop, __ATOMIC_ACQUIRE)) {
@@ -118,10 +122,11 @@ int main(int argc, char **argv)
 	unsigned nr = pvhint_nr_vcpus(h);
 	const char *src = pvhint_source_name(h);
 	const char *mode = pvhint_emu_mode(h);
+	bool slots = pvhint_header(h)->kind == PVHINT_KIND_THREAD;
 	pthread_t *spin = NULL;
-	if (mode && strcmp(mode, "script")) {
+	if (slots || (mode && strcmp(mode, "script"))) {
 		if (nspin < 0)
-			nspin = (int)nr;
+			nspin = slots ? 2 * (int)sysconf(_SC_NPROCESSORS_ONLN) : (int)nr;
 		spin = calloc((size_t)nspin, sizeof(*spin));
 		for (int i = 0; i < nspin; i++)
 			if (pthread_create(&spin[i], NULL, spin_main, NULL))
@@ -138,6 +143,7 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	uint64_t iv = (uint64_t)(interval * 1e9);
+	unsigned nl = 0; /* JSON: records listed so far in this round */
 	for (unsigned v = 0; v < nr; v++)
 		steal0[v] = pvhint_steal(h, v);
 	while (!quit) {
@@ -166,15 +172,24 @@ int main(int argc, char **argv)
 			       span / 1e9, hd->valid & PVHINT_VALID_STEAL ? "true" : "false",
 			       hd->valid & PVHINT_VALID_PREEMPTED ? "true" : "false",
 			       hd->valid & PVHINT_VALID_IS_IDLE ? "true" : "false", nr);
+			if (slots)
+				nl = 0; /* the first listed record starts the array */
 		} else {
 			printf("\033[H\033[2J"); /* home, clear: redraw like top */
-			printf("pvhint-top  source %s%s%s  vCPUs %u  interval %.2fs%s%s\n\n", src,
-			       mode ? " mode " : "", mode ? mode : "", nr, span / 1e9,
-			       *pvhint_note(h) ? "  " : "", pvhint_note(h));
-			printf("%5s %9s %7s %8s %11s%s\n", "vCPU", "preempted", "is_idle", "steal%",
-			       "preempted%", mode ? " threads parked    stops" : "");
+			printf("pvhint-top  source %s%s%s  %s %u  interval %.2fs%s%s\n\n", src,
+			       mode ? " mode " : "", mode ? mode : "", slots ? "slots" : "vCPUs",
+			       nr, span / 1e9, *pvhint_note(h) ? "  " : "", pvhint_note(h));
+			printf("%5s %9s %7s %8s %11s%s\n", slots ? "slot" : "vCPU", "preempted",
+			       "is_idle", "steal%", "preempted%",
+			       mode    ? " threads parked    stops"
+			       : slots ? "     tid sleeping"
+				       : "");
 		}
-		for (unsigned v = 0; v < nr; v++) {
+		unsigned rows = slots ? pvhint_nr_used(h) : nr;
+		for (unsigned v = 0; v < rows; v++) {
+			uint32_t tid = __atomic_load_n(&h->rec[v].owner, __ATOMIC_RELAXED);
+			if (slots && !tid)
+				continue; /* a free slot */
 			uint64_t s = pvhint_steal(h, v);
 			double rate = (double)(s - steal0[v]) / span,
 			       frac = (double)pre_ns[v] / span;
@@ -186,8 +201,11 @@ int main(int argc, char **argv)
 				printf("%s{\"vcpu\":%u,\"preempted\":%s,\"is_idle\":%s,"
 				       "\"steal_ns\":%llu,\"steal_rate\":%.4f,"
 				       "\"preempted_fraction\":%.4f",
-				       v ? "," : "", v, p ? "true" : "false",
+				       (slots ? nl++ : v) ? "," : "", v, p ? "true" : "false",
 				       idle ? "true" : "false", (unsigned long long)s, rate, frac);
+				if (slots)
+					printf(",\"tid\":%u,\"sleeping\":%s", tid,
+					       h->rec[v].sleeping ? "true" : "false");
 				if (emu)
 					printf(",\"threads\":%u,\"parked\":%u,\"stops\":%llu",
 					       es.threads, es.parked, (unsigned long long)es.stops);
@@ -198,6 +216,8 @@ int main(int argc, char **argv)
 				if (emu)
 					printf(" %7u %6u %8llu", es.threads, es.parked,
 					       (unsigned long long)es.stops);
+				else if (slots)
+					printf(" %8u %8s", tid, h->rec[v].sleeping ? "yes" : "-");
 				printf("\n");
 			}
 		}

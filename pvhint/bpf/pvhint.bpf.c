@@ -1,0 +1,420 @@
+// SPDX-License-Identifier: GPL-2.0 OR MIT
+/*
+ * The bpf hint source's program: on the scheduler tracepoints it keeps, for every registered
+ * thread slot, the record of pvhint_abi.h (kind PVHINT_KIND_THREAD) in a BPF_F_MMAPABLE array
+ * that user space maps read-only:
+ *   preempted  switched out while runnable (prev_state TASK_RUNNING, or preempted), cleared
+ *              when it runs;
+ *   sleeping   switched out not runnable, cleared at its wake-up;
+ *   steal      += runnable-but-waiting time (wake-up or preemption to switch-in), under the
+ *              record's version counter;
+ *   is_idle    the CPU it last ran on (or was moved to) runs its idle task now.
+ * Threads register from user space (tid -> slot in tid_slot); sched_process_exit frees the slot.
+ *
+ * Per-CPU idle comes from sched_switch to and from the idle task (pid 0). When a CPU's idle
+ * state changes, the records of the slots waiting on it (switched out there, a bitmap per CPU)
+ * are rewritten, so a query stays one load of the record. That walk is bounded by nr_used.
+ *
+ * Kernel features: tp_btf (5.5), bpf_loop (5.17), atomic fetch ops (5.12), mmapable arrays
+ * (5.5); every one is in Debian 12's 6.1. Types come from sched_min.h through CO-RE.
+ */
+#include <linux/types.h>
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+
+#include "sched_min.h"
+#include "pvhint_bpf.h"
+
+char LICENSE[] SEC("license") = "Dual MIT/GPL";
+
+/* Header element 0 + the rest of the header page, then one record per slot. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, PVHINT_BPF_ELEMS);
+	__type(key, __u32);
+	__type(value, struct pvhint_record);
+} page SEC(".maps");
+
+/* Registration, written by user space: kernel tid -> slot, and slot -> tid (the claim). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, PVHINT_BPF_SLOTS);
+	__type(key, __u32);
+	__type(value, __u32);
+} tid_slot SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, PVHINT_BPF_SLOTS);
+	__type(key, __u32);
+	__type(value, __u32);
+} slot_owner SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, PVHINT_BPF_SLOTS);
+	__type(key, __u32);
+	__type(value, struct pvhint_bpf_slot);
+} slots SEC(".maps");
+
+/* max_entries set to the number of possible CPUs by the loader. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct pvhint_bpf_cpu);
+} cpus SEC(".maps");
+
+#define TASK_RUNNING 0
+
+/* Counters for the loader (pvhint_bpf_stats): registered-thread switch-outs, and switch-outs of a
+ * thread whose switch-in the program did not see (see pvhint/README.md: kernel 6.18 loses a few
+ * sched_switch calls to the program; the next switch-out repairs the record). */
+__u64 switches_out;
+__u64 missed_in;
+
+static __always_inline struct pvhint_header *hdr(void)
+{
+	__u32 k = 0;
+	return bpf_map_lookup_elem(&page, &k);
+}
+
+static __always_inline struct pvhint_record *rec_of(__u32 slot)
+{
+	__u32 k = PVHINT_BPF_HDR_ELEMS + slot;
+	return bpf_map_lookup_elem(&page, &k);
+}
+
+/* The slot of kernel thread 'tid', or 0 (not registered; the idle task is never). */
+static __always_inline __u32 slot_of(int tid)
+{
+	__u32 k = (__u32)tid;
+	if (tid <= 0)
+		return 0;
+	__u32 *s = bpf_map_lookup_elem(&tid_slot, &k);
+	return s && *s > 0 && *s < PVHINT_BPF_SLOTS ? *s : 0;
+}
+
+/* Thread 'tid''s slot with its private state and record, or 0 when not registered. */
+static __always_inline __u32 slot_state(int tid, struct pvhint_bpf_slot **ps,
+					struct pvhint_record **r)
+{
+	__u32 s = slot_of(tid);
+
+	if (!s)
+		return 0;
+	*ps = bpf_map_lookup_elem(&slots, &s);
+	*r = rec_of(s);
+	return *ps && *r ? s : 0;
+}
+
+static __always_inline void waiting_bit(__u32 cpu1, __u32 slot, int set)
+{
+	/* masked, not only compared: the verifier keeps the bound through any code shape */
+	__u32 cpu = cpu1 - 1, w = (slot & (PVHINT_BPF_SLOTS - 1)) / 64;
+	struct pvhint_bpf_cpu *c;
+	__u64 m = 1ull << (slot & 63);
+
+	if (!cpu1 || w >= PVHINT_BPF_WORDS)
+		return;
+	c = bpf_map_lookup_elem(&cpus, &cpu);
+	if (!c)
+		return;
+	if (set)
+		__sync_fetch_and_or(&c->waiting[w], m);
+	else
+		__sync_fetch_and_and(&c->waiting[w], ~m);
+}
+
+/* First sight of a registered slot: publish its owner and raise nr_used. */
+static __always_inline void note_owner(struct pvhint_record *r, __u32 slot, int tid)
+{
+	struct pvhint_header *h;
+
+	if (r->owner == (__u32)tid)
+		return;
+	r->owner = (__u32)tid;
+	h = hdr();
+	if (!h)
+		return;
+	/* A lost race is harmless: the loser's slot is below the winner's or raised later. */
+	for (int i = 0; i < 4; i++) {
+		__u32 cur = h->nr_used;
+		if (slot + 1 <= cur ||
+		    __sync_val_compare_and_swap(&h->nr_used, cur, slot + 1) == cur)
+			break;
+	}
+}
+
+/* Set the record's steal to base + d (base: the old value when 'add') under the version
+ * protocol (odd while written). The fetch forms are full barriers, so the steal store sits
+ * between the two version changes. */
+static __always_inline void write_steal(struct pvhint_record *r, int add, __u64 d)
+{
+	__u32 v = __sync_fetch_and_add(&r->version, 1);
+	r->steal = (add ? r->steal : 0) + d;
+	__sync_lock_test_and_set(&r->version, v + 2);
+}
+
+static __always_inline __u32 task_cpu(struct task_struct *p)
+{
+	if (bpf_core_field_exists(p->thread_info.cpu))
+		return BPF_CORE_READ(p, thread_info.cpu);
+	return BPF_CORE_READ((struct task_struct___old *)p, cpu);
+}
+
+static __always_inline __u32 cpu_idle(__u32 cpu)
+{
+	struct pvhint_bpf_cpu *c = bpf_map_lookup_elem(&cpus, &cpu);
+	return c ? c->idle : 0;
+}
+
+struct walk {
+	__u32 cpu;
+	__u32 idle;
+};
+
+/* bpf_loop callback: rewrite is_idle of the slots waiting on one CPU, one bitmap word. */
+static long walk_word(__u32 i, struct walk *x)
+{
+	struct pvhint_bpf_cpu *c = bpf_map_lookup_elem(&cpus, &x->cpu);
+	__u64 w;
+
+	if (!c || i >= PVHINT_BPF_WORDS)
+		return 1;
+	w = c->waiting[i];
+	for (int b = 0; b < 64 && w; b++, w >>= 1) {
+		if (!(w & 1))
+			continue;
+		__u32 s = i * 64 + b;
+		struct pvhint_bpf_slot *p = bpf_map_lookup_elem(&slots, &s);
+		struct pvhint_record *r = rec_of(s);
+		if (p && r && !p->running) /* a stale bit of a running thread: leave it 0 */
+			r->is_idle = (__u8)x->idle;
+	}
+	return 0;
+}
+
+static __always_inline void walk_cpu(__u32 cpu, __u32 idle)
+{
+	struct pvhint_header *h = hdr();
+	struct walk x = {.cpu = cpu, .idle = idle};
+	__u32 used = h ? h->nr_used : PVHINT_BPF_SLOTS;
+
+	if (used > PVHINT_BPF_SLOTS)
+		used = PVHINT_BPF_SLOTS;
+	bpf_loop((used + 63) / 64, walk_word, &x, 0);
+}
+
+/* Thread 'tid' (slot s) leaves CPU 'cpu'. */
+static __always_inline void switch_out(__u32 s, int tid, __u32 cpu, int runnable, __u32 idle,
+				       __u64 now)
+{
+	struct pvhint_bpf_slot *p = bpf_map_lookup_elem(&slots, &s);
+	struct pvhint_record *r = rec_of(s);
+
+	if (!p || !r)
+		return;
+	/* Out twice (not the first event after registration): a switch-in was not seen. */
+	if (r->owner == (__u32)tid && !p->running)
+		__sync_fetch_and_add(&missed_in, 1);
+	__sync_fetch_and_add(&switches_out, 1);
+	note_owner(r, s, tid);
+	p->running = 0;
+	p->wait_start = runnable ? now : 0;
+	if (p->cpu1 != cpu + 1) {
+		waiting_bit(p->cpu1, s, 0);
+		p->cpu1 = cpu + 1;
+	}
+	waiting_bit(cpu + 1, s, 1);
+	r->sleeping = !runnable;
+	r->is_idle = (__u8)idle;
+	r->preempted = runnable ? PVHINT_PREEMPTED : 0;
+}
+
+/* Thread 'tid' (slot s) runs on CPU 'cpu'. */
+static __always_inline void switch_in(__u32 s, int tid, __u32 cpu, __u64 now)
+{
+	struct pvhint_bpf_slot *p = bpf_map_lookup_elem(&slots, &s);
+	struct pvhint_record *r = rec_of(s);
+
+	if (!p || !r)
+		return;
+	note_owner(r, s, tid);
+	p->running = 1;
+	waiting_bit(p->cpu1, s, 0);
+	p->cpu1 = 0;
+	/* Every switch-in moves the version (by 2), with or without steal to add: a reader that
+	 * sees the same version across a window knows the thread did not start running in it. */
+	write_steal(r, 1, p->wait_start && now > p->wait_start ? now - p->wait_start : 0);
+	p->wait_start = 0;
+	r->preempted = 0;
+	r->sleeping = 0;
+	r->is_idle = 0;
+	(void)cpu;
+}
+
+/*
+ * vCPU mode (zero-patch KVM hints): on a KVM guest, the host writes each vCPU's steal time and
+ * preempted byte into the guest kernel's per-CPU struct kvm_steal_time. The per-CPU symbol is
+ * not reachable as a __ksym without CONFIG_KALLSYMS_ALL (the verifier resolves ksym addresses
+ * through kallsyms), so the program derives it: a task's cfs_rq->rq is &per_cpu(runqueues, cpu),
+ * and per-CPU variables keep their .data..percpu section distance in every CPU's area, so
+ * &per_cpu(steal_time, cpu) = rq - off_rq + off_st, with both offsets from the kernel's BTF
+ * (DATASEC .data..percpu), set by the loader. Each CPU learns its own address at its first
+ * switch; any switch then copies every known vCPU's record into vpage (kind VCPU), at most every
+ * PVHINT_BPF_REFRESH_NS.
+ */
+const volatile __u64 off_rq, off_st; /* 0: vCPU mode off */
+const volatile __u32 nr_cpus = 1;
+__u64 st_addr[PVHINT_BPF_MAXCPU];
+__u64 last_refresh;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, PVHINT_BPF_HDR_ELEMS + 1); /* set by the loader: + nr_cpus */
+	__type(key, __u32);
+	__type(value, struct pvhint_record);
+} vpage SEC(".maps");
+
+static long copy_vcpu(__u32 c, void *unused)
+{
+	struct kvm_steal_time st;
+	__u32 k = PVHINT_BPF_HDR_ELEMS + c;
+	struct pvhint_record *r;
+
+	(void)unused;
+	if (c >= PVHINT_BPF_MAXCPU || c >= nr_cpus)
+		return 1;
+	if (!st_addr[c] || bpf_probe_read_kernel(&st, sizeof(st), (void *)st_addr[c]))
+		return 0;
+	r = bpf_map_lookup_elem(&vpage, &k);
+	if (!r)
+		return 0;
+	if (st.version & 1)
+		return 0; /* the host is mid-update: the next refresh copies it */
+	write_steal(r, 0, st.steal);
+	r->preempted = st.preempted & PVHINT_PREEMPTED;
+	return 0;
+}
+
+static __always_inline void vcpu_refresh(struct task_struct *next, __u32 cpu, __u64 now)
+{
+	if (!off_st || cpu >= PVHINT_BPF_MAXCPU)
+		return;
+	if (!st_addr[cpu] && bpf_core_field_exists(next->se.cfs_rq)) {
+		struct cfs_rq *cr = BPF_CORE_READ(next, se.cfs_rq);
+		struct rq *rq = cr && bpf_core_field_exists(cr->rq) ? BPF_CORE_READ(cr, rq) : NULL;
+		if (rq && BPF_CORE_READ(rq, cpu) == (int)cpu)
+			st_addr[cpu] = (__u64)rq - off_rq + off_st;
+	}
+	__u64 last = last_refresh;
+	if (now - last < PVHINT_BPF_REFRESH_NS ||
+	    __sync_val_compare_and_swap(&last_refresh, last, now) != last)
+		return; /* fresh, or another CPU is refreshing */
+	bpf_loop(nr_cpus < PVHINT_BPF_MAXCPU ? nr_cpus : PVHINT_BPF_MAXCPU, copy_vcpu, NULL, 0);
+}
+
+SEC("tp_btf/sched_switch")
+int BPF_PROG(pvhint_switch, _Bool preempt, struct task_struct *prev, struct task_struct *next)
+{
+	__u32 cpu = bpf_get_smp_processor_id();
+	struct pvhint_bpf_cpu *c = bpf_map_lookup_elem(&cpus, &cpu);
+	int ptid = prev->pid, ntid = next->pid;
+	__u32 idle = ntid == 0, ps = slot_of(ptid), ns = slot_of(ntid);
+	__u64 now = bpf_ktime_get_ns();
+
+	if (!c)
+		return 0;
+	if (ps) {
+		/* Still on the run queue: preempted, or it yielded, or a signal cancelled its
+		 * sleep (__schedule set it TASK_RUNNING again). Not: blocked, incl. EEVDF's delayed
+		 * dequeue, which keeps a sleeper on the queue with a sleeping state. */
+		int runnable = preempt || BPF_CORE_READ(prev, __state) == TASK_RUNNING;
+		switch_out(ps, ptid, cpu, runnable, idle, now);
+	}
+	if (ns)
+		switch_in(ns, ntid, cpu, now);
+	if (c->idle != idle) {
+		c->idle = idle;
+		walk_cpu(cpu, idle);
+	}
+	vcpu_refresh(next, cpu, now);
+	return 0;
+}
+
+static __always_inline int on_wakeup(struct task_struct *p)
+{
+	struct pvhint_bpf_slot *ps;
+	struct pvhint_record *r;
+
+	if (!slot_state(p->pid, &ps, &r) || ps->running)
+		return 0;
+	if (!ps->wait_start)
+		ps->wait_start = bpf_ktime_get_ns();
+	r->sleeping = 0;
+	r->is_idle = (__u8)cpu_idle(task_cpu(p));
+	return 0;
+}
+
+SEC("tp_btf/sched_wakeup")
+int BPF_PROG(pvhint_wakeup, struct task_struct *p)
+{
+	return on_wakeup(p);
+}
+
+SEC("tp_btf/sched_wakeup_new")
+int BPF_PROG(pvhint_wakeup_new, struct task_struct *p)
+{
+	return on_wakeup(p);
+}
+
+/* A waiting thread moved to another CPU's queue: it now waits on (and would run at) dest. */
+SEC("tp_btf/sched_migrate_task")
+int BPF_PROG(pvhint_migrate, struct task_struct *p, int dest_cpu)
+{
+	__u32 dest = (__u32)dest_cpu;
+	struct pvhint_bpf_slot *ps;
+	struct pvhint_record *r;
+	__u32 s = slot_state(p->pid, &ps, &r);
+
+	if (!s || ps->running)
+		return 0;
+	if (ps->cpu1 != dest + 1) {
+		waiting_bit(ps->cpu1, s, 0);
+		ps->cpu1 = dest + 1;
+		waiting_bit(ps->cpu1, s, 1);
+	}
+	r->is_idle = (__u8)cpu_idle(dest);
+	return 0;
+}
+
+/* The thread exits (runs in its context): free its slot for the next registration. */
+SEC("tp_btf/sched_process_exit")
+int BPF_PROG(pvhint_exit, struct task_struct *p)
+{
+	__u32 tid = (__u32)p->pid;
+	struct pvhint_bpf_slot *ps;
+	struct pvhint_record *r;
+	__u32 s = slot_state(p->pid, &ps, &r);
+
+	if (!s)
+		return 0;
+	waiting_bit(ps->cpu1, s, 0);
+	ps->cpu1 = 0;
+	ps->wait_start = 0;
+	ps->running = 0;
+	write_steal(r, 0, 0); /* the next owner starts from 0 */
+	r->preempted = 0;
+	r->sleeping = 0;
+	r->is_idle = 0;
+	r->owner = 0;
+	/* The claim last: a new owner never sees the old thread's state. */
+	bpf_map_delete_elem(&tid_slot, &tid);
+	bpf_map_delete_elem(&slot_owner, &s);
+	return 0;
+}

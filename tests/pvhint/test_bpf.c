@@ -1,0 +1,516 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The bpf source under real CFS oversubscription (busy threads pinned to one CPU):
+ *  - a thread whose record says preempted is not running: its progress counter does not move
+ *    while the flag stays set and the record's version is unchanged (no switch-in in between),
+ *    and /proc says it is runnable (R);
+ *  - a running thread never reads itself preempted or sleeping;
+ *  - steal follows the kernel's own run_delay (schedstat);
+ *  - the page cannot be written: not through the mapping (SIGSEGV), not by mprotect, mmap with
+ *    PROT_WRITE or a bpf(2) update of the map;
+ *  - an unprivileged process gets the one-line error naming the missing capabilities, and auto
+ *    falls back to none;
+ *  - slot churn: 10k short-lived threads, each registered; slots are freed at thread exit.
+ * Exit 77 (skipped) where the source is unavailable: built without it, kernel without BTF, or
+ * not privileged. `test_pvhint_bpf --usable` only answers whether it is (0 yes, 77 no), for the
+ * tests that run other programs under PVRT_HINTS=bpf.
+ */
+#define _GNU_SOURCE
+#include "check.h"
+#include "pvrt_os.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <grp.h>
+#include <linux/bpf.h>
+#include <pthread.h>
+#include <sched.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define NBUSY 4
+
+static pvhint_t *h;
+
+static int skip(const char *why)
+{
+	printf("SKIP: bpf source unavailable: %s\n", why);
+	return 77;
+}
+
+/* ---- unprivileged: the documented error ---- */
+
+/* Returns 77 when the source is unavailable whatever the privilege, else 0. */
+static int unprivileged(void)
+{
+	pid_t pid = fork();
+	CHECK(pid >= 0);
+	if (pid == 0) {
+		/* nobody: leaving uid 0 clears the effective capabilities */
+		if (setgroups(0, NULL) || setresgid(65534, 65534, 65534) ||
+		    setresuid(65534, 65534, 65534))
+			_exit(3);
+		pvhint_t *u;
+		int err = pvhint_open(&(struct pvhint_options){.source = "bpf"}, &u);
+		printf("unprivileged bpf: %d %s\n", err, pvhint_errmsg());
+		fflush(stdout);
+		if (err == -ENOTSUP)
+			_exit(77); /* built without it, or no BTF: nothing to test */
+		if (err != -EPERM || !strstr(pvhint_errmsg(), "needs CAP_BPF and CAP_PERFMON") ||
+		    strchr(pvhint_errmsg(), '\n'))
+			_exit(1);
+		if (pvhint_open(&(struct pvhint_options){.source = "auto"}, &u) ||
+		    strcmp(pvhint_source_name(u), "none") || !strstr(pvhint_note(u), "CAP_BPF"))
+			_exit(2);
+		printf("unprivileged auto: %s (%s)\n", pvhint_source_name(u), pvhint_note(u));
+		fflush(stdout);
+		_exit(0);
+	}
+	int st;
+	CHECK(waitpid(pid, &st, 0) == pid);
+	if (WIFEXITED(st) && WEXITSTATUS(st) == 77)
+		return 77;
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	return 0;
+}
+
+/* ---- read-only ---- */
+
+static size_t map_len(void)
+{
+	size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+	return PVHINT_HEADER_SIZE + (((size_t)h->nr * PVHINT_RECORD_SIZE + pg - 1) & ~(pg - 1));
+}
+
+/* The page map's fd: the mmapable array among this process's BPF map fds. */
+static int page_map_fd(void)
+{
+	DIR *d = opendir("/proc/self/fdinfo");
+	struct dirent *e;
+	int found = -1;
+
+	CHECK(d);
+	while (found < 0 && (e = readdir(d))) {
+		char p[300], buf[512];
+		snprintf(p, sizeof(p), "/proc/self/fdinfo/%s", e->d_name);
+		FILE *f = fopen(p, "r");
+		if (!f)
+			continue;
+		size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+		fclose(f);
+		buf[n] = 0;
+		const char *fl = strstr(buf, "map_flags:");
+		if (strstr(buf, "map_type:\t2\n") && fl &&
+		    (strtoul(fl + 10, NULL, 16) & BPF_F_MMAPABLE))
+			found = atoi(e->d_name);
+	}
+	closedir(d);
+	return found;
+}
+
+static void read_only(void)
+{
+	void *map = (void *)pvhint_header(h);
+	size_t len = map_len();
+
+	/* mprotect: the read-only mapping may never become writable */
+	CHECK(mprotect(map, len, PROT_READ | PROT_WRITE) == -1 && errno == EACCES);
+	/* a write through the mapping faults */
+	pid_t pid = fork();
+	CHECK(pid >= 0);
+	if (pid == 0) {
+		signal(SIGSEGV,
+		       SIG_DFL); /* a sanitizer's handler would turn the fault into exit(1) */
+		*(volatile uint8_t *)&h->rec[1].preempted = 1;
+		_exit(0);
+	}
+	int st;
+	CHECK(waitpid(pid, &st, 0) == pid);
+	CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGSEGV);
+	/* the map itself: frozen, so no writable mapping and no update from user space */
+	int fd = page_map_fd();
+	CHECK(fd >= 0);
+	CHECK(mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) == MAP_FAILED &&
+	      errno == EPERM);
+	struct pvhint_record r = {.preempted = 1};
+	uint32_t key = PVHINT_HEADER_SIZE / PVHINT_RECORD_SIZE + 1;
+	union bpf_attr a;
+	memset(&a, 0, sizeof(a));
+	a.map_fd = (uint32_t)fd;
+	a.key = (uint64_t)(uintptr_t)&key;
+	a.value = (uint64_t)(uintptr_t)&r;
+	a.flags = BPF_ANY;
+	CHECK(syscall(SYS_bpf, BPF_MAP_UPDATE_ELEM, &a, sizeof(a)) == -1 && errno == EPERM);
+	printf("read-only: mprotect EACCES, store SIGSEGV, mmap(PROT_WRITE) EPERM, update EPERM\n");
+}
+
+/* ---- oversubscription ---- */
+
+struct busy {
+	pthread_t th;
+	int slot, tid;
+	uint64_t count;	   /* progress, written by the thread */
+	uint64_t self_bad; /* episodes of reading its own record preempted or sleeping */
+	uint64_t rd0;	   /* schedstat run_delay at registration */
+	uint64_t steal0;   /* record steal at registration */
+	uint64_t last_ns;  /* when it last ran user code (every 64 iterations) */
+	int ready;
+};
+static int stop;
+
+static uint64_t run_delay(int tid)
+{
+	uint64_t run, wait;
+	test_schedstat(tid, &run, &wait);
+	return wait;
+}
+
+static char proc_state(int tid)
+{
+	char p[64], buf[512];
+	snprintf(p, sizeof(p), "/proc/self/task/%d/stat", tid);
+	FILE *f = fopen(p, "r");
+	CHECK(f);
+	size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = 0;
+	const char *c = strrchr(buf, ')');
+	return c && c[1] && c[2] ? c[2] : '?';
+}
+
+static void *busy_main(void *arg)
+{
+	struct busy *b = arg;
+	cpu_set_t one;
+	CPU_ZERO(&one);
+	CPU_SET(0, &one);
+	CHECK(!sched_setaffinity(0, sizeof(one), &one));
+	b->tid = (int)syscall(SYS_gettid);
+	b->slot = pvhint_self_vcpu();
+	b->rd0 = run_delay(b->tid);
+	b->steal0 = pvhint_steal(h, (unsigned)b->slot);
+	__atomic_store_n(&b->ready, 1, __ATOMIC_RELEASE);
+	const struct pvhint_record *r = &h->rec[b->slot];
+	uint32_t bad_v = UINT32_MAX;
+	while (!__atomic_load_n(&stop, __ATOMIC_RELAXED)) {
+		__atomic_store_n(&b->count, b->count + 1, __ATOMIC_RELEASE);
+		if ((b->count & 63) == 0)
+			__atomic_store_n(&b->last_ns, os_now_ns(), __ATOMIC_RELEASE);
+		uint32_t v = __atomic_load_n(&r->version, __ATOMIC_ACQUIRE);
+		if (((__atomic_load_n(&r->preempted, __ATOMIC_ACQUIRE) & PVHINT_PREEMPTED) ||
+		     __atomic_load_n(&r->sleeping, __ATOMIC_RELAXED)) &&
+		    v != bad_v) {
+			b->self_bad++; /* episodes: one per unseen switch-in (same version) */
+			bad_v = v;
+		}
+	}
+	return NULL;
+}
+
+/* NBUSY busy threads on CPU 0, each registered. */
+static void start_busy(struct busy *b)
+{
+	memset(b, 0, NBUSY * sizeof(*b));
+	for (int i = 0; i < NBUSY; i++)
+		CHECK(!pthread_create(&b[i].th, NULL, busy_main, &b[i]));
+	for (int i = 0; i < NBUSY; i++)
+		while (!__atomic_load_n(&b[i].ready, __ATOMIC_ACQUIRE))
+			test_sleep_us(1000);
+}
+
+static void oversubscribed(void)
+{
+	struct busy b[NBUSY];
+	cpu_set_t other;
+
+	/* The observer runs on another CPU, so that it watches the pinned threads from outside. */
+	CPU_ZERO(&other);
+	for (int c = 1; c < CPU_SETSIZE && c < sysconf(_SC_NPROCESSORS_CONF); c++)
+		CPU_SET(c, &other);
+	if (!CPU_COUNT(&other) || sched_setaffinity(0, sizeof(other), &other)) {
+		printf("oversubscription: skipped (needs a second CPU)\n");
+		return;
+	}
+	start_busy(b);
+	for (int i = 0; i < NBUSY; i++)
+		CHECK(b[i].slot > 0 && (unsigned)b[i].slot < h->nr);
+
+	uint64_t windows = 0, flagged = 0, samples = 0, stat_r = 0, stat_n = 0, episodes = 0;
+	int last_slot = -1;
+	uint32_t last_v = 0;
+	struct pvhint_bpf_stats s0, s1;
+	CHECK(!pvhint_bpf_stats(h, &s0));
+	uint64_t t0 = os_now_ns();
+	while (os_now_ns() - t0 < 2000000000ull || windows < 200) {
+		if (os_now_ns() - t0 > 30000000000ull)
+			break; /* bounded; the check below says what was seen */
+		for (int i = 0; i < NBUSY; i++) {
+			const struct pvhint_record *r = &h->rec[b[i].slot];
+			samples++;
+			uint32_t v1 = __atomic_load_n(&r->version, __ATOMIC_ACQUIRE);
+			if (!(__atomic_load_n(&r->preempted, __ATOMIC_ACQUIRE) & PVHINT_PREEMPTED))
+				continue;
+			flagged++;
+			uint64_t c1 = __atomic_load_n(&b[i].count, __ATOMIC_ACQUIRE);
+			char st = proc_state(b[i].tid); /* also a few us for the thread to move */
+			uint64_t c2 = __atomic_load_n(&b[i].count, __ATOMIC_ACQUIRE);
+			bool still =
+			    (__atomic_load_n(&r->preempted, __ATOMIC_ACQUIRE) & PVHINT_PREEMPTED) &&
+			    __atomic_load_n(&r->version, __ATOMIC_ACQUIRE) == v1;
+			if (!still)
+				continue;
+			/* Flag set throughout and no switch-in: the thread ran no user code. */
+			windows++;
+			if (c1 != c2) {
+				/* It ran: a switch-in the program did not see (counted by it at the
+				 * next switch-out). One episode per (slot, version). */
+				if (b[i].slot != last_slot || v1 != last_v)
+					episodes++;
+				last_slot = b[i].slot;
+				last_v = v1;
+				continue;
+			}
+			stat_n++;
+			stat_r += st == 'R';
+		}
+		test_sleep_us(200);
+	}
+	__atomic_store_n(&stop, 1, __ATOMIC_RELAXED);
+	for (int i = 0; i < NBUSY; i++)
+		CHECK(!pthread_join(b[i].th, NULL));
+	test_sleep_us(20000); /* the last switch-outs count what they found */
+	CHECK(!pvhint_bpf_stats(h, &s1));
+	uint64_t self_bad = 0, sw = s1.switches - s0.switches, missed = s1.missed - s0.missed;
+	for (int i = 0; i < NBUSY; i++)
+		self_bad += b[i].self_bad;
+	printf("oversubscription: %d busy threads on CPU 0: %llu samples, %.3f read preempted "
+	       "(%.3f expected at fair shares), %llu stable windows, %llu/%llu in R; "
+	       "%llu switch-outs, %llu unseen switch-ins, %llu observer episodes, %llu self\n",
+	       NBUSY, (unsigned long long)samples, (double)flagged / (double)samples,
+	       (double)(NBUSY - 1) / NBUSY, (unsigned long long)windows, (unsigned long long)stat_r,
+	       (unsigned long long)stat_n, (unsigned long long)sw, (unsigned long long)missed,
+	       (unsigned long long)episodes, (unsigned long long)self_bad);
+	CHECK(flagged > 0 && windows > 0);
+	CHECK_EQ(stat_r, stat_n); /* preempted threads are runnable, not asleep */
+	/* A thread shown preempted ran, or a running thread read itself preempted, only where the
+	 * kernel did not give the program that thread's switch-in; the record repairs itself at
+	 * the next switch-out, which counts it. Such losses stay rare. */
+	CHECK(episodes <= missed && self_bad <= missed);
+	CHECK(sw > 100 && missed * 100 <= sw);
+	stop = 0;
+}
+
+/* Steal follows the kernel's run_delay: threads that only wait for the CPU. */
+static void steal_vs_schedstat(void)
+{
+	struct busy b[NBUSY];
+	start_busy(b);
+	test_sleep_us(500000);
+	uint64_t rd[NBUSY], st[NBUSY];
+	for (int i = 0; i < NBUSY; i++) {
+		/* Both cumulative; read back to back, while the thread lives. */
+		st[i] = pvhint_steal(h, (unsigned)b[i].slot) - b[i].steal0;
+		rd[i] = run_delay(b[i].tid) - b[i].rd0;
+	}
+	__atomic_store_n(&stop, 1, __ATOMIC_RELAXED);
+	for (int i = 0; i < NBUSY; i++) {
+		CHECK(!pthread_join(b[i].th, NULL));
+		double q = rd[i] ? (double)st[i] / (double)rd[i] : 0;
+		printf("slot %d: steal %.1f ms, schedstat run_delay %.1f ms (ratio %.3f)\n",
+		       b[i].slot, st[i] / 1e6, rd[i] / 1e6, q);
+		/* Same quantity from two places; the reads are not atomic together, and the
+		 * running thread's current wait is in neither or in one: a wide margin. */
+		CHECK(rd[i] > 0 && q > 0.7 && q < 1.3);
+	}
+	stop = 0;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	return x < y ? -1 : x > y;
+}
+
+/* Flag latency (reported, not asserted: a timing): an observer spinning on another CPU sees a
+ * thread's flag go up; the thread's last user-mode timestamp bounds when it stopped running. */
+static void flag_latency(void)
+{
+	struct busy b[NBUSY];
+	enum { MAXN = 4096 };
+	static uint64_t lat[MAXN];
+	bool was[NBUSY] = {0};
+	int n = 0;
+
+	start_busy(b);
+	uint64_t t0 = os_now_ns(), prev = t0;
+	while (n < MAXN && os_now_ns() - t0 < 1000000000ull) {
+		/* Samples only while the observer itself ran throughout (gaps under 20 us). */
+		uint64_t loop = os_now_ns();
+		bool cont = loop - prev < 20000;
+		prev = loop;
+		for (int i = 0; i < NBUSY && n < MAXN; i++) {
+			bool f = __atomic_load_n(&h->rec[b[i].slot].preempted, __ATOMIC_ACQUIRE) &
+				 PVHINT_PREEMPTED;
+			if (f && !was[i] && cont) {
+				uint64_t now = os_now_ns(),
+					 last = __atomic_load_n(&b[i].last_ns, __ATOMIC_ACQUIRE);
+				if (last && now > last)
+					lat[n++] = now - last;
+			}
+			was[i] = f;
+		}
+	}
+	__atomic_store_n(&stop, 1, __ATOMIC_RELAXED);
+	for (int i = 0; i < NBUSY; i++)
+		CHECK(!pthread_join(b[i].th, NULL));
+	stop = 0;
+	if (n) {
+		qsort(lat, (size_t)n, sizeof(lat[0]), cmp_u64);
+		printf("flag latency (thread's last user-mode time to flag seen): %d switch-outs, "
+		       "median %.1f us, p90 %.1f us\n",
+		       n, lat[n / 2] / 1e3, lat[n * 9 / 10] / 1e3);
+	} else
+		printf("flag latency: no switch-out seen while the observer ran\n");
+}
+
+/* ---- slot churn ---- */
+
+static uint32_t owned_slots(void)
+{
+	uint32_t n = 0, used = pvhint_nr_used(h);
+	for (uint32_t s = 1; s < used; s++)
+		n += __atomic_load_n(&h->rec[s].owner, __ATOMIC_RELAXED) != 0;
+	return n;
+}
+
+static void *short_main(void *arg)
+{
+	int *slot = arg;
+	*slot = pvhint_self_vcpu();
+	sched_yield(); /* a switch: the program publishes the owner */
+	return NULL;
+}
+
+static void churn(void)
+{
+	enum { TOTAL = 10000, BATCH = 64 };
+	int slots[BATCH];
+	uint32_t max_owned = 0;
+	/* Threads that still hold slots (the busy ones are gone, their hooks may be pending). */
+	uint64_t t0 = os_now_ns();
+	while (owned_slots() > 1 && os_now_ns() - t0 < 10000000000ull)
+		test_sleep_us(1000);
+	uint32_t base = owned_slots();
+	for (int done = 0; done < TOTAL; done += BATCH) {
+		pthread_t th[BATCH];
+		for (int i = 0; i < BATCH; i++)
+			CHECK(!pthread_create(&th[i], NULL, short_main, &slots[i]));
+		for (int i = 0; i < BATCH; i++) {
+			CHECK(!pthread_join(th[i], NULL));
+			/* > 0: a slot was free for every one, so exits freed theirs */
+			CHECK(slots[i] > 0 && (unsigned)slots[i] < h->nr);
+		}
+		uint32_t o = owned_slots();
+		if (o > max_owned)
+			max_owned = o;
+	}
+	t0 = os_now_ns();
+	while (owned_slots() > base && os_now_ns() - t0 < 10000000000ull)
+		test_sleep_us(1000);
+	printf("churn: %d threads, at most %u slots owned at once, %u after (%u before), "
+	       "nr_used %u of %u\n",
+	       TOTAL, max_owned, owned_slots(), base, pvhint_nr_used(h), h->nr);
+	CHECK(owned_slots() <= base);
+	CHECK(max_owned < h->nr / 2);
+}
+
+/* ---- vCPU mode: the host's steal time, as the guest kernel accounts it ---- */
+
+static uint64_t proc_steal_ns(unsigned cpu)
+{
+	char line[512], name[16];
+	unsigned long long v[8];
+	uint64_t ns = UINT64_MAX;
+	FILE *f = fopen("/proc/stat", "r");
+	CHECK(f);
+	snprintf(name, sizeof(name), "cpu%u", cpu);
+	while (fgets(line, sizeof(line), f)) {
+		char n[16];
+		if (sscanf(line, "%15s %llu %llu %llu %llu %llu %llu %llu %llu", n, &v[0], &v[1],
+			   &v[2], &v[3], &v[4], &v[5], &v[6], &v[7]) == 9 &&
+		    !strcmp(n, name))
+			ns = v[7] * (1000000000ull / (uint64_t)sysconf(_SC_CLK_TCK));
+	}
+	fclose(f);
+	return ns;
+}
+
+static void vcpu_mode(void)
+{
+	pvhint_t *v;
+	setenv("PVRT_BPF", "vcpu", 1);
+	int err = pvhint_open(&(struct pvhint_options){.source = "bpf"}, &v);
+	unsetenv("PVRT_BPF");
+	if (err) {
+		printf("vcpu mode: unavailable here: %s\n", pvhint_errmsg());
+		CHECK_EQ(err, -ENOTSUP);
+		return;
+	}
+	CHECK_EQ(pvhint_header(v)->kind, PVHINT_KIND_VCPU);
+	CHECK_EQ(pvhint_nr_vcpus(v), sysconf(_SC_NPROCESSORS_CONF));
+	test_sleep_us(100000);
+	for (unsigned c = 0; c < pvhint_nr_vcpus(v); c++) {
+		uint64_t p = proc_steal_ns(c), r = pvhint_steal(v, c);
+		printf("vcpu %u: host steal %.3f s (record), %.3f s (/proc/stat)\n", c, r / 1e9,
+		       p / 1e9);
+		/* the same counter: /proc/stat is the kernel's tick-rounded account of it */
+		if (p != UINT64_MAX && p > 1000000000ull && r)
+			CHECK(r > p * 9 / 10 && r < p * 11 / 10 + 1000000000ull);
+	}
+	pvhint_close(v);
+}
+
+int main(int argc, char **argv)
+{
+	int err;
+
+	if (argc > 1 && !strcmp(argv[1], "--usable")) {
+		err = pvhint_open(&(struct pvhint_options){.source = "bpf"}, &h);
+		if (err)
+			return skip(pvhint_errmsg());
+		return 0;
+	}
+	/* Before this process loads the program: the child must try to load it. */
+	if (geteuid() == 0 && unprivileged() == 77)
+		return skip("not built in, or no kernel BTF");
+	err = pvhint_open(&(struct pvhint_options){.source = "bpf"}, &h);
+	if (err == -ENOTSUP || err == -EPERM)
+		return skip(pvhint_errmsg());
+	if (err) {
+		fprintf(stderr, "bpf source: %d %s\n", err, pvhint_errmsg());
+		return 1;
+	}
+	const struct pvhint_header *hd = pvhint_header(h);
+	CHECK(!strcmp(pvhint_source_name(h), "bpf"));
+	CHECK_EQ(hd->kind, PVHINT_KIND_THREAD);
+	CHECK_EQ(hd->valid, PVHINT_VALID_STEAL | PVHINT_VALID_PREEMPTED | PVHINT_VALID_IS_IDLE |
+				PVHINT_VALID_SLEEPING);
+	CHECK(h->nr > 64);
+	/* the calling thread registers on first use; its slot is stable */
+	int me = pvhint_self_vcpu();
+	CHECK(me > 0 && me == pvhint_self_vcpu());
+	read_only();
+	oversubscribed();
+	steal_vs_schedstat();
+	flag_latency();
+	churn();
+	vcpu_mode();
+	pvhint_close(h);
+	printf("bpf ok\n");
+	return 0;
+}

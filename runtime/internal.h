@@ -14,6 +14,7 @@
 #include "futex.h"
 #include "lock.h"
 #include "san.h"
+#include "tls.h"
 #include "pvrt_sched.h"
 
 #include <pvrt/key.h>
@@ -82,8 +83,10 @@ struct pvrt_ult {
 	void *ret;
 	uint32_t join; /* futex word: 0 running, 1 exited, 2 running and someone waits */
 	uint32_t refs; /* handle + the ULT itself; the last one returns the descriptor */
-	void *stack;   /* mapping (guard page at its bottom), NULL for the primary */
+	void *stack;   /* mapping (guard pages at its bottom), NULL for the primary */
 	size_t stack_len;
+	size_t guard; /* guard bytes at the bottom of the mapping */
+	void *tp;     /* own thread pointer (TCB, tls.c), NULL: the worker's */
 	unsigned vg_id;
 	struct pvrt_keyvals *keys;
 	const void *wait_addr; /* what it waits on (debugging) */
@@ -160,6 +163,9 @@ struct pvrt_worker {
 	unsigned vcpu;	     /* vCPU for hints */
 	pthread_t thread;
 	void *altstack;
+	void *tp;     /* the kernel thread's own thread pointer */
+	void *cur_tp; /* the thread pointer loaded now */
+	int tid;      /* the kernel thread's tid */
 
 	/* Timers: a binary min-heap under 'tlock'. */
 	struct pvrt_lock tlock PVRT_ALIGNED;
@@ -180,7 +186,8 @@ struct pvrt_rt {
 	struct pvrt_sched_view view;
 	pvhint_t *hint;
 	int emu;
-	size_t stack_size;
+	size_t stack_size; /* default mapping: usable size + guard page (+ TLS reserve) */
+	int ult_tls;	   /* every ULT gets its own glibc TLS (tls.c) */
 	uint64_t poll_min, poll_max;
 	int eager_timers;
 	uint64_t timer_slack; /* ns a timer may fire late, to share fires */
@@ -249,7 +256,7 @@ void pvrt_wake_worker(unsigned i) PVRT_HIDDEN;
 void pvrt_pool_fini(void) PVRT_HIDDEN;
 void pvrt_stack_cache_fini(struct pvrt_worker *w) PVRT_HIDDEN;
 void pvrt_ult_init_primary(struct pvrt_ult *u) PVRT_HIDDEN;
-int pvrt_stack_alloc(size_t size, void **stack, unsigned *vg_id) PVRT_HIDDEN;
+int pvrt_stack_alloc(size_t size, size_t guard, void **stack, unsigned *vg_id) PVRT_HIDDEN;
 void pvrt_stack_free(void *stack, size_t len, unsigned vg_id) PVRT_HIDDEN;
 size_t pvrt_page_size(void) PVRT_HIDDEN;
 

@@ -125,6 +125,7 @@ struct settings {
 	uint64_t poll_min, poll_max;
 	int eager;
 	uint64_t slack;
+	int ult_tls;
 };
 
 static int configure(const struct pvrt_config *c, struct settings *s)
@@ -220,6 +221,24 @@ static int configure(const struct pvrt_config *c, struct settings *s)
 			     "");
 	if (c->timer_slack_ns < -1 || c->timer_slack_ns > 1000000000)
 		return pvrt_fail(-EINVAL, "pvrt_init: timer_slack_ns must be -1 or 0..1 s");
+	s->ult_tls = c->ult_tls;
+	if (!s->ult_tls && (e = env_or(NULL, "PVRT_ULT_TLS"))) {
+		if (strcmp(e, "0") && strcmp(e, "1"))
+			return failf(-EINVAL, "PVRT_ULT_TLS: '%s' is not 0 or 1%s", e, "");
+		s->ult_tls = *e == '1';
+	}
+	if (s->ult_tls) {
+#if defined(PVRT_ASAN) || defined(PVRT_TSAN)
+		/* The sanitizers keep their per-thread state in the thread's TLS. */
+		return pvrt_fail(-ENOTSUP,
+				 "pvrt_init: per-ULT TLS does not work under a sanitizer");
+#else
+		const char *why = NULL;
+		if (pvrt_tls_init(&why))
+			return failf(-ENOSYS, "pvrt_init: per-ULT TLS: %s%s", why, "");
+		s->stack += pvrt_tls_reserve();
+#endif
+	}
 	s->slack = c->timer_slack_ns == -1 ? 0 : (uint64_t)c->timer_slack_ns;
 	if (!c->timer_slack_ns) {
 		s->slack = 50000;
@@ -259,7 +278,7 @@ static void segv_handler(int sig, siginfo_t *si, void *uc)
 	struct pvrt_ult *u = w ? w->cur : NULL;
 	uintptr_t a = (uintptr_t)si->si_addr;
 	if (u && u->stack) {
-		uintptr_t lo = (uintptr_t)u->stack, ps = pvrt_page_size();
+		uintptr_t lo = (uintptr_t)u->stack, ps = u->guard;
 		/* The guard page, or just below it (a big frame may jump over it). */
 		if (a < lo + ps && a + 64 * 1024 >= lo) {
 			/* Async-signal-safe formatting; then die of the same SIGSEGV. */
@@ -445,6 +464,7 @@ static void *worker_main(void *arg)
 {
 	struct pvrt_worker *w = arg;
 	pvrt_tls_worker = w;
+	pvrt_tls_worker_start(w);
 	stack_t old;
 	altstack_on(w, &old);
 	if (pvrt_rt.emu)
@@ -544,6 +564,7 @@ int pvrt_init(const struct pvrt_config *c)
 	pvrt_rt.nw = s.nw;
 	pvrt_rt.pol = s.pol;
 	pvrt_rt.stack_size = s.stack;
+	pvrt_rt.ult_tls = s.ult_tls;
 	pvrt_rt.poll_min = s.poll_min;
 	pvrt_rt.poll_max = s.poll_max;
 	pvrt_rt.eager_timers = s.eager;
@@ -574,7 +595,7 @@ int pvrt_init(const struct pvrt_config *c)
 	/* The calling thread becomes the primary ULT, running on worker 0. */
 	struct pvrt_worker *w0 = pvrt_rt.w[0];
 	struct pvrt_ult *p = pvrt_primary_alloc();
-	if (!p || pvrt_stack_alloc(SCHED_STACK, &sched0_stack, &sched0_vg)) {
+	if (!p || pvrt_stack_alloc(SCHED_STACK, pvrt_page_size(), &sched0_stack, &sched0_vg)) {
 		pvrt_pool_fini();
 		free_workers(s.nw);
 		goto nomem;
@@ -588,6 +609,7 @@ int pvrt_init(const struct pvrt_config *c)
 	w0->sched.sp = pvrt_ctx_make((char *)sched0_stack + SCHED_STACK, sched_entry, w0);
 	w0->cur = p;
 	w0->thread = pthread_self();
+	pvrt_tls_worker_start(w0);
 	pthread_getaffinity_np(pthread_self(), sizeof(pvrt_rt.old_affinity), &pvrt_rt.old_affinity);
 	cpu_set_t one;
 	CPU_ZERO(&one);

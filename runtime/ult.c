@@ -176,19 +176,18 @@ size_t pvrt_page_size(void)
  * A stack is one mapping: a PROT_NONE guard page at the bottom, then the usable part. Pages are
  * committed by the kernel on first touch (MAP_NORESERVE), so an 8 MiB stack costs what it uses.
  */
-int pvrt_stack_alloc(size_t len, void **out, unsigned *vg_id)
+int pvrt_stack_alloc(size_t len, size_t guard, void **out, unsigned *vg_id)
 {
-	size_t ps = pvrt_page_size();
 	void *p = mmap(NULL, len, PROT_READ | PROT_WRITE,
 		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
 	if (p == MAP_FAILED)
 		return -ENOMEM;
-	if (mprotect(p, ps, PROT_NONE)) {
+	if (mprotect(p, guard, PROT_NONE)) {
 		int e = errno;
 		munmap(p, len);
 		return -e;
 	}
-	*vg_id = pvrt_san_stack_register((char *)p + ps, (char *)p + len);
+	*vg_id = pvrt_san_stack_register((char *)p + guard, (char *)p + len);
 	*out = p;
 	return 0;
 }
@@ -201,7 +200,8 @@ void pvrt_stack_free(void *stack, size_t len, unsigned vg_id)
 
 static void stack_put(struct pvrt_worker *w, struct pvrt_ult *u)
 {
-	if (u->stack_len == pvrt_rt.stack_size && w->nstacks < PVRT_STACK_CACHE) {
+	if (u->stack_len == pvrt_rt.stack_size && u->guard == pvrt_page_size() &&
+	    w->nstacks < PVRT_STACK_CACHE) {
 		w->vg_ids[w->nstacks] = u->vg_id;
 		w->stacks[w->nstacks++] = u->stack;
 	} else {
@@ -600,6 +600,10 @@ static void switch_ctx(struct pvrt_worker *w, struct pvrt_ctxrec *from, struct p
 		to->last = (int)w->idx;
 	PVRT_STAT_INC(w, st_switches);
 	pvrt_san_switch(&from->san, &tc->san, dying);
+	/* ULTs with TLS of their own: the thread pointer goes with the stack (the one place). */
+	void *tp = to && to->tp ? to->tp : w->tp;
+	if (unlikely(tp != w->cur_tp))
+		pvrt_tls_switch(w, tp);
 	pvrt_ctx_switch(&from->sp, tc->sp);
 	pvrt_after_switch();
 }
@@ -678,6 +682,10 @@ int pvrt_worker_vcpu(void)
 static void post_exit(struct pvrt_worker *w, void *arg)
 {
 	struct pvrt_ult *u = arg;
+	if (u->tp) {
+		pvrt_tls_release(u->tp);
+		u->tp = NULL;
+	}
 	stack_put(w, u);
 	pvrt_san_fiber_destroy(&u->ctx.san);
 	desc_unref(w, u);
@@ -685,6 +693,8 @@ static void post_exit(struct pvrt_worker *w, void *arg)
 
 __attribute__((noreturn)) static void ult_exit(struct pvrt_ult *self, void *ret)
 {
+	if (self->tp)
+		pvrt_tls_exit();
 	if (self->keys)
 		pvrt_keys_run_destructors(&self->keys);
 	self->ret = ret;
@@ -743,6 +753,7 @@ void pvrt_thread_attr_init(pvrt_thread_attr_t *a)
 	a->stack_size = 0;
 	a->detached = 0;
 	a->worker = -1;
+	a->guard_size = 0;
 }
 
 int pvrt_thread_create(pvrt_thread_t *out, const pvrt_thread_attr_t *attr, void *(*fn)(void *),
@@ -753,14 +764,25 @@ int pvrt_thread_create(pvrt_thread_t *out, const pvrt_thread_attr_t *attr, void 
 	if (!__atomic_load_n(&pvrt_rt.running, __ATOMIC_ACQUIRE))
 		return pvrt_fail(-ENXIO, "pvrt_thread_create: the runtime is not running");
 	size_t len = pvrt_rt.stack_size;
+	size_t ps = pvrt_page_size();
+	size_t guard = ps;
 	int detached = 0, bound = -1;
 	if (attr) {
-		if (attr->stack_size) {
-			if (attr->stack_size < PVRT_STACK_MIN || attr->stack_size > PVRT_STACK_MAX)
+		if (attr->stack_size || attr->guard_size) {
+			size_t st = attr->stack_size;
+			if (st && (st < PVRT_STACK_MIN || st > PVRT_STACK_MAX))
 				return pvrt_fail(-EINVAL,
 						 "pvrt_thread_create: stack size out of range");
-			size_t ps = pvrt_page_size();
-			len = (attr->stack_size + ps - 1) / ps * ps + ps;
+			if (attr->guard_size > PVRT_STACK_MAX)
+				return pvrt_fail(-EINVAL,
+						 "pvrt_thread_create: guard size out of range");
+			if (attr->guard_size)
+				guard = (attr->guard_size + ps - 1) / ps * ps;
+			if (st)
+				len = (st + ps - 1) / ps * ps + guard +
+				      (pvrt_rt.ult_tls ? pvrt_tls_reserve() : 0);
+			else
+				len += guard - ps;
 		}
 		if (attr->detached != 0 && attr->detached != 1)
 			return pvrt_fail(-EINVAL, "pvrt_thread_create: detached must be 0 or 1");
@@ -776,18 +798,29 @@ int pvrt_thread_create(pvrt_thread_t *out, const pvrt_thread_attr_t *attr, void 
 	struct pvrt_ult *u = desc_get(w);
 	if (!u)
 		return pvrt_fail(-ENOMEM, "pvrt_thread_create: out of memory");
-	if (w && len == pvrt_rt.stack_size && w->nstacks) {
+	if (w && len == pvrt_rt.stack_size && guard == ps && w->nstacks) {
 		w->nstacks--;
 		u->stack = w->stacks[w->nstacks];
 		u->vg_id = w->vg_ids[w->nstacks];
 	} else {
-		int r = pvrt_stack_alloc(len, &u->stack, &u->vg_id);
+		int r = pvrt_stack_alloc(len, guard, &u->stack, &u->vg_id);
 		if (r) {
 			desc_put(w, u);
 			return pvrt_fail(r, "pvrt_thread_create: cannot map a stack");
 		}
 	}
 	u->stack_len = len;
+	u->guard = guard;
+	void *top = (char *)u->stack + len;
+	u->tp = NULL;
+	if (pvrt_rt.ult_tls) {
+		u->tp = pvrt_tls_create(u, u->stack, len, guard, &top);
+		if (!u->tp) {
+			pvrt_stack_free(u->stack, len, u->vg_id);
+			desc_put(w, u);
+			return pvrt_fail(-ENOMEM, "pvrt_thread_create: no memory for the TLS");
+		}
+	}
 	u->flags = detached ? ULT_F_DETACHED : 0;
 	__atomic_store_n(&u->bound, bound, __ATOMIC_RELAXED);
 	u->last = -1;
@@ -803,12 +836,11 @@ int pvrt_thread_create(pvrt_thread_t *out, const pvrt_thread_attr_t *attr, void 
 	u->refs = detached ? 1 : 2;
 	u->keys = NULL;
 	u->wait_addr = NULL;
-	size_t ps = pvrt_page_size();
-	u->ctx.san.bottom = (char *)u->stack + ps;
-	u->ctx.san.size = len - ps;
+	u->ctx.san.bottom = (char *)u->stack + guard;
+	u->ctx.san.size = (size_t)((char *)top - (char *)u->stack) - guard;
 	u->ctx.san.asan_fake = NULL;
 	pvrt_san_fiber_create(&u->ctx.san);
-	u->ctx.sp = pvrt_ctx_make((char *)u->stack + len, ult_entry, u);
+	u->ctx.sp = pvrt_ctx_make(top, ult_entry, u);
 	/* Relaxed: finalize only needs the count to be exact once every creator is done. */
 	__atomic_add_fetch(&pvrt_rt.nlive, 1, __ATOMIC_RELAXED);
 	if (w)

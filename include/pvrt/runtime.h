@@ -42,6 +42,9 @@ struct pvrt_config {
 	int64_t timer_slack_ns; /* $PVRT_TIMER_SLACK_NS: timers may fire this late; default 50 us
 				 * (-1: none) */
 	int no_segv_handler;	/* 1: do not install the stack-overflow SIGSEGV handler */
+	int ult_tls;		/* 1 ($PVRT_ULT_TLS=1): every ULT gets its own glibc thread
+				 * descriptor and TLS (__thread, errno, thread_local), switched with
+				 * it; -ENOSYS where glibc's TLS allocator cannot be found */
 };
 
 /* Fill c with zeros (every field from the environment or its default). */

@@ -22,6 +22,7 @@ typedef struct pvrt_thread_attr {
 	size_t stack_size; /* 0: the runtime default (64 KiB unless configured) */
 	int detached;	   /* 1: no join; resources go when it exits */
 	int worker;	   /* -1: any worker; else bound to this worker */
+	size_t guard_size; /* 0: one page; else rounded up to pages */
 } pvrt_thread_attr_t;
 
 #define PVRT_STACK_MIN (16u * 1024)

@@ -35,6 +35,7 @@
 
 #include "lk.h"
 #include "lk_cond.h"
+#include "mn.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -221,6 +222,18 @@ static int op_lock(void *m)
 	return -pthread_mutex_lock(m);
 }
 
+/* A cancellation point; in M:N mode, a ULT's cancellation acts before or after the wait. */
+static int cond_wait(pthread_cond_t *c, pthread_mutex_t *m, clockid_t clk,
+		     const struct timespec *abs)
+{
+	if (lk_likely(!lk_mn_on))
+		return -lk_cond_wait(PC(c), m, op_unlock, op_lock, clk, abs, true);
+	lk_mn_cond_enter(PC(c));
+	int r = -lk_cond_wait(PC(c), m, op_unlock, op_lock, clk, abs, true);
+	lk_mn_cond_leave();
+	return r;
+}
+
 EXPORT int pthread_cond_init(pthread_cond_t *c, const pthread_condattr_t *attr)
 {
 	int pshared = PTHREAD_PROCESS_PRIVATE;
@@ -245,7 +258,7 @@ EXPORT int pthread_cond_wait(pthread_cond_t *c, pthread_mutex_t *m)
 {
 	if (cond_foreign(c))
 		return CALL_REAL(pthread_cond_wait, c, m);
-	return -lk_cond_wait(PC(c), m, op_unlock, op_lock, CLOCK_MONOTONIC, NULL, true);
+	return cond_wait(c, m, CLOCK_MONOTONIC, NULL);
 }
 
 EXPORT int pthread_cond_timedwait(pthread_cond_t *c, pthread_mutex_t *m, const struct timespec *abs)
@@ -254,7 +267,7 @@ EXPORT int pthread_cond_timedwait(pthread_cond_t *c, pthread_mutex_t *m, const s
 		return CALL_REAL(pthread_cond_timedwait, c, m, abs);
 	clockid_t clk =
 	    __atomic_load_n(&PC(c)->clock, __ATOMIC_RELAXED) ? CLOCK_MONOTONIC : CLOCK_REALTIME;
-	return -lk_cond_wait(PC(c), m, op_unlock, op_lock, clk, abs, true);
+	return cond_wait(c, m, clk, abs);
 }
 
 EXPORT int pthread_cond_clockwait(pthread_cond_t *c, pthread_mutex_t *m, clockid_t clk,
@@ -264,7 +277,7 @@ EXPORT int pthread_cond_clockwait(pthread_cond_t *c, pthread_mutex_t *m, clockid
 		return CALL_REAL(pthread_cond_clockwait, c, m, clk, abs);
 	if (!lk_valid_clock(clk))
 		return EINVAL;
-	return -lk_cond_wait(PC(c), m, op_unlock, op_lock, clk, abs, true);
+	return cond_wait(c, m, clk, abs);
 }
 
 EXPORT int pthread_cond_signal(pthread_cond_t *c)
@@ -487,14 +500,20 @@ static void *start_thread(void *p)
 	return s.fn(s.arg);
 }
 
+static void *self_base; /* threads the preload makes itself (workers) are kernel threads */
+
 static bool called_from_hint_lib(void *ret)
 {
 	Dl_info info;
-	return hint_lib_base && dladdr(ret, &info) && info.dli_fbase == hint_lib_base;
+	return (hint_lib_base || self_base) && dladdr(ret, &info) &&
+	       (info.dli_fbase == hint_lib_base || info.dli_fbase == self_base);
 }
 
 EXPORT int pthread_create(pthread_t *t, const pthread_attr_t *attr, void *(*fn)(void *), void *arg)
 {
+	if (__atomic_load_n(&lk_mn_on, __ATOMIC_ACQUIRE) &&
+	    !called_from_hint_lib(__builtin_return_address(0)))
+		return lk_mn_create(t, attr, fn, arg);
 	if (!__atomic_load_n(&emu_handle, __ATOMIC_ACQUIRE) ||
 	    called_from_hint_lib(__builtin_return_address(0)))
 		return CALL_REAL(pthread_create, t, attr, fn, arg);
@@ -609,6 +628,27 @@ static void parse_locks_env(void)
 		 locks);
 }
 
+/* PVRT_MN=1 (pvrt-run --mn): pthreads become ULTs (mn.c). A runtime that cannot start is
+ * reported and the program runs in lock-only mode. */
+static void start_mn(void)
+{
+	const char *mn = getenv("PVRT_MN");
+	if (!mn || !*mn || !strcmp(mn, "0"))
+		return;
+	if (strcmp(mn, "1")) {
+		env_warn("PVRT_MN='%.64s' is not valid (accepted: 0, 1, or unset); M:N mode off",
+			 mn);
+		return;
+	}
+	if (all_glibc) {
+		env_warn("PVRT_MN=1 needs pvrt's locks (PVRT_LOCKS=glibc given); M:N mode off");
+		return;
+	}
+	const char *why = lk_mn_start();
+	if (why)
+		env_warn("PVRT_MN=1: cannot start the runtime (%s); M:N mode off", why);
+}
+
 __attribute__((constructor)) static void preload_init(void)
 {
 	int saved = errno;
@@ -627,6 +667,8 @@ __attribute__((constructor)) static void preload_init(void)
 	Dl_info info;
 	if (dladdr((void *)pvhint_header, &info))
 		hint_lib_base = info.dli_fbase;
+	if (dladdr((void *)preload_init, &info))
+		self_base = info.dli_fbase;
 	pvhint_t *h = NULL;
 	if (pvhint_default(&h) < 0) {
 		/* A bad PVRT_HINTS or PVRT_EMU (libpvhint's message names the variable, the
@@ -641,5 +683,6 @@ __attribute__((constructor)) static void preload_init(void)
 		__atomic_store_n(&emu_handle, h, __ATOMIC_RELEASE);
 		attach_self();
 	}
+	start_mn();
 	errno = saved;
 }

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * pvrt-run [--hints=SRC] [--emu=SPEC] [--locks=pvrt|glibc] [--stats] [--] PROGRAM [ARGS...]
+ * pvrt-run [--hints=SRC] [--emu=SPEC] [--locks=pvrt|glibc] [--mn] [--workers=N] [--stats] [--]
+ *          PROGRAM [ARGS...]
  *
  * Runs PROGRAM with libpvrt-preload.so (pvrt's locks behind glibc's pthread
  * lock functions) and the chosen hint source. --emu=SPEC selects the overcommit
@@ -9,7 +10,9 @@
  * acquisitions, contended acquisitions, spins cut short because the owner's
  * vCPU was preempted, parks and hand-offs (summed over PROGRAM's processes).
  * --locks=glibc keeps glibc's locks (everything else unchanged, e.g. thread placement under
- * --emu): the baseline for comparisons under the emulator.
+ * --emu): the baseline for comparisons under the emulator. --mn runs every pthread of PROGRAM as
+ * a ULT of pvrt's runtime (PVRT_MN=1, runtime/MN.md); --workers=N sets the runtime's worker
+ * count (PVRT_WORKERS).
  *
  * Exit status: PROGRAM's (128 + signal if it was killed); 2 for a usage error;
  * 127 if PROGRAM cannot be run.
@@ -37,11 +40,13 @@
 static void usage(FILE *f)
 {
 	fprintf(
-	    f, "usage: pvrt-run [--hints=SRC] [--emu=SPEC] [--locks=pvrt|glibc] [--stats] [--] "
-	       "PROGRAM [ARGS...]\n"
+	    f, "usage: pvrt-run [--hints=SRC] [--emu=SPEC] [--locks=pvrt|glibc] [--mn] "
+	       "[--workers=N] [--stats] [--] PROGRAM [ARGS...]\n"
 	       "  --hints=SRC   hint source: auto (default), kvm, emu, none\n"
 	       "  --emu=SPEC    overcommit emulator, e.g. vcpus=4,pcpus=2 (implies --hints=emu)\n"
 	       "  --locks=KIND  pvrt (default) or glibc (the baseline: glibc's locks, same setup)\n"
+	       "  --mn          M:N mode: every pthread is a ULT of pvrt's runtime\n"
+	       "  --workers=N   the runtime's worker threads (1..256; default: one per CPU)\n"
 	       "  --stats       print per-lock-class statistics when PROGRAM exits\n"
 	       "  --help        this text\n");
 }
@@ -130,8 +135,8 @@ static void print_stats(const char *path)
 
 int main(int argc, char **argv)
 {
-	const char *hints = NULL, *emu = NULL, *locks = NULL;
-	bool stats = false;
+	const char *hints = NULL, *emu = NULL, *locks = NULL, *workers = NULL;
+	bool stats = false, mn = false;
 	int i = 1;
 	for (; i < argc; i++) {
 		const char *a = argv[i];
@@ -149,6 +154,10 @@ int main(int argc, char **argv)
 			locks = a + 8;
 		else if (!strcmp(a, "--stats"))
 			stats = true;
+		else if (!strcmp(a, "--mn"))
+			mn = true;
+		else if (!strncmp(a, "--workers=", 10))
+			workers = a + 10;
 		else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
 			usage(stdout);
 			return 0;
@@ -164,6 +173,15 @@ int main(int argc, char **argv)
 		return usage_error("unknown hint source '%s' (auto, kvm, emu, none)", hints);
 	if (locks && strcmp(locks, "pvrt") && strcmp(locks, "glibc"))
 		return usage_error("--locks is pvrt or glibc, not '%s'", locks);
+	if (workers) {
+		char *end;
+		errno = 0;
+		long n = strtol(workers, &end, 10);
+		if (!*workers || *end || errno || n < 1 || n > 256)
+			return usage_error("--workers is a number in 1..256, not '%s'", workers);
+	}
+	if (mn && locks && !strcmp(locks, "glibc"))
+		return usage_error("%s", "--mn needs pvrt's locks, not --locks=glibc");
 	if (emu && !*emu)
 		return usage_error("%s", "--emu needs a SPEC, e.g. --emu=vcpus=4,pcpus=2");
 	if (emu && hints && strcmp(hints, "emu"))
@@ -200,6 +218,10 @@ int main(int argc, char **argv)
 		setenv("PVRT_EMU", emu, 1);
 	if (locks)
 		setenv("PVRT_LOCKS", locks, 1);
+	if (mn)
+		setenv("PVRT_MN", "1", 1);
+	if (workers)
+		setenv("PVRT_WORKERS", workers, 1);
 
 	if (!stats) {
 		unsetenv("PVRT_STATS_FILE");

@@ -89,7 +89,10 @@ struct pvrt_ult {
 	void *tp;     /* own thread pointer (TCB, tls.c), NULL: the worker's */
 	unsigned vg_id;
 	struct pvrt_keyvals *keys;
-	const void *wait_addr; /* what it waits on (debugging) */
+	const void *wait_addr; /* what it waits on (debugging; M:N cancellation wakes it) */
+	uint32_t cancel;       /* M:N (locks/mn.c): futex word, 1 once pthread_cancel'led */
+	void *cancel_cond;     /* M:N: the condvar it waits on, for pthread_cancel */
+	char name[16];	       /* M:N: pthread_setname_np */
 #if PVRT_INJECT_WFCQ
 	struct cds_wfcq_node qnode;
 #endif
@@ -260,6 +263,10 @@ int pvrt_stack_alloc(size_t size, size_t guard, void **stack, unsigned *vg_id) P
 void pvrt_stack_free(void *stack, size_t len, unsigned vg_id) PVRT_HIDDEN;
 size_t pvrt_page_size(void) PVRT_HIDDEN;
 
+/* If set (the M:N preload, before it creates ULTs): every ULT runs wrap(fn, arg) instead of
+ * fn(arg), and exits with its result. */
+extern void *(*pvrt_ult_entry_wrap)(void *(*fn)(void *), void *arg)PVRT_HIDDEN;
+
 /* ---- timer.c ---- */
 /* 0, or -ENOMEM when the heap cannot grow (the timer is then not queued). */
 int pvrt_timer_add(struct pvrt_worker *w, struct pvrt_timer *t) PVRT_HIDDEN;
@@ -279,5 +286,7 @@ void pvrt_keys_run_destructors(struct pvrt_keyvals **kv) PVRT_HIDDEN;
 /* ---- runtime.c ---- */
 int pvrt_fail(int err, const char *msg) PVRT_HIDDEN;
 void pvrt_sched_loop(struct pvrt_worker *w) PVRT_HIDDEN;
+/* In a fork child: forget the parent's runtime (leaking it) so that pvrt_init works again. */
+void pvrt_fork_child_reset(void) PVRT_HIDDEN;
 
 #endif /* PVRT_RUNTIME_INTERNAL_H */

@@ -692,6 +692,20 @@ int pvrt_finalize(void)
 	return 0;
 }
 
+void pvrt_fork_child_reset(void)
+{
+	/*
+	 * Only the forking thread exists here: the workers, their stacks and every other ULT are
+	 * gone, and locks they held stay held. Forget the runtime without freeing what it owned
+	 * (a bounded leak in the child), so that pvrt_init can start a new one with the caller
+	 * as its primary.
+	 */
+	memset(&pvrt_rt, 0, sizeof(pvrt_rt));
+	life_lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
+	sched0_stack = NULL;
+	pvrt_tls_worker = NULL;
+}
+
 unsigned pvrt_nworkers(void)
 {
 	return __atomic_load_n(&pvrt_rt.running, __ATOMIC_ACQUIRE) ? pvrt_rt.nw : 0;

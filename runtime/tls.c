@@ -70,8 +70,8 @@ static struct {
 	struct glibc_key *keys; /* __pthread_keys */
 	size_t nkeys;
 	size_t static_size, static_align, pthread_size;
-	size_t off_tid, off_specific, off_robust, off_stackblock;
-	bool have_stackblock;
+	size_t off_tid, off_specific, off_robust, off_stackblock, off_list;
+	bool have_stackblock, have_robust_prev;
 	ptrdiff_t off_rseq;
 	bool have_rseq;
 	bool fsgsbase;
@@ -127,8 +127,9 @@ static int discover(void)
 	const uint32_t *kd = db_desc("_thread_db_sizeof_pthread_key_data");
 	const uint32_t *keys = db_desc("_thread_db___pthread_keys");
 	const uint32_t *ks = db_desc("_thread_db_sizeof_pthread_key_struct");
+	const uint32_t *list = db_desc("_thread_db_pthread_list");
 	T.keys = dlsym(RTLD_DEFAULT, "__pthread_keys");
-	if (!sz || !tid || !spec || !kd || !keys || !ks || !T.keys)
+	if (!sz || !tid || !spec || !kd || !keys || !ks || !list || !T.keys)
 		return fail("libc does not export the libthread_db descriptors of struct pthread "
 			    "(_thread_db_*, __pthread_keys)");
 	/* Descriptors are {size in bits, element count, offset}. */
@@ -138,6 +139,7 @@ static int discover(void)
 	T.pthread_size = *sz;
 	T.off_tid = tid[2];
 	T.off_specific = spec[2];
+	T.off_list = list[2];
 	T.nkeys = keys[1];
 	if (T.static_size < T.pthread_size || T.off_specific + 8 * KEY_L1 > T.pthread_size)
 		return fail("glibc's static TLS sizes are inconsistent");
@@ -159,6 +161,9 @@ static int discover(void)
 		T.off_robust = (size_t)((char *)head - pd);
 	else
 		return fail("cannot find glibc's robust-list head (get_robust_list)");
+	/* 64-bit glibc keeps robust_prev just before the head (__PTHREAD_MUTEX_HAVE_PREV), equal
+	 * to the head's address while no robust mutex is held. */
+	T.have_robust_prev = T.off_robust >= 8 && *(char **)(pd + T.off_robust - 8) == head;
 
 	/* stackblock_size: glibc stores __libc_stack_end there for the main thread (it sizes
 	 * alloca limits from it); stackblock is the word before. Found on the main thread only. */
@@ -253,6 +258,12 @@ void *pvrt_tls_create(struct pvrt_ult *u, void *stack, size_t len, size_t guard,
 	char *rh = pd + T.off_robust;
 	*(void **)rh = rh;
 	*(long *)(rh + 8) = *(long *)(me + T.off_robust + 8);
+	if (T.have_robust_prev)
+		*(void **)(rh - 8) = rh;
+	/* A node of glibc's thread lists that links to itself: a fork child's stack reclaim
+	 * unlinks the forking thread's node, and that must work for a ULT's. */
+	*(void **)(pd + T.off_list) = pd + T.off_list;
+	*(void **)(pd + T.off_list + 8) = pd + T.off_list;
 	if (T.have_stackblock) {
 		*(void **)(pd + T.off_stackblock) = (char *)stack + guard;
 		*(size_t *)(pd + T.off_stackblock + 8) = len - guard;

@@ -139,12 +139,25 @@ static void desc_put(struct pvrt_worker *w, struct pvrt_ult *u)
 	pvrt_lock_release(&pvrt_rt.plock);
 }
 
-/* Drop one reference (handle or the ULT's own); the last returns the descriptor. */
+static void stack_put(struct pvrt_worker *w, struct pvrt_ult *u);
+
+/* Drop one reference (handle or the ULT's own); the last returns the descriptor, and the stack
+ * if the ULT's exit left it (per-ULT TLS: its TCB must outlive the ULT while a pthread_t may
+ * still name it, as glibc keeps a joinable thread's until it is joined). */
 static void desc_unref(struct pvrt_worker *w, struct pvrt_ult *u)
 {
 	/* Acq_rel: the last dropper must see everything the other did with the descriptor. */
-	if (__atomic_sub_fetch(&u->refs, 1, __ATOMIC_ACQ_REL) == 0)
+	if (__atomic_sub_fetch(&u->refs, 1, __ATOMIC_ACQ_REL) == 0) {
+		if (u->stack) {
+			if (w)
+				stack_put(w, u);
+			else
+				pvrt_stack_free(u->stack, u->stack_len, u->vg_id);
+			u->stack = NULL;
+			u->tp = NULL;
+		}
 		desc_put(w, u);
+	}
 }
 
 void pvrt_pool_fini(void)
@@ -682,11 +695,12 @@ int pvrt_worker_vcpu(void)
 static void post_exit(struct pvrt_worker *w, void *arg)
 {
 	struct pvrt_ult *u = arg;
-	if (u->tp) {
+	/* With TLS of its own, the stack (holding the TCB that names it: tp stays valid) goes
+	 * with the last reference to the descriptor (desc_unref). */
+	if (u->tp)
 		pvrt_tls_release(u->tp);
-		u->tp = NULL;
-	}
-	stack_put(w, u);
+	else
+		stack_put(w, u);
 	pvrt_san_fiber_destroy(&u->ctx.san);
 	desc_unref(w, u);
 }
@@ -711,11 +725,14 @@ __attribute__((noreturn)) static void ult_exit(struct pvrt_ult *self, void *ret)
 	__builtin_unreachable();
 }
 
+void *(*pvrt_ult_entry_wrap)(void *(*fn)(void *), void *arg);
+
 static void ult_entry(void *arg)
 {
 	pvrt_after_switch();
 	struct pvrt_ult *u = arg;
-	ult_exit(u, u->fn(u->arg));
+	void *(*wrap)(void *(*)(void *), void *) = pvrt_ult_entry_wrap;
+	ult_exit(u, wrap ? wrap(u->fn, u->arg) : u->fn(u->arg));
 }
 
 void pvrt_ult_init_primary(struct pvrt_ult *u)
@@ -836,6 +853,9 @@ int pvrt_thread_create(pvrt_thread_t *out, const pvrt_thread_attr_t *attr, void 
 	u->refs = detached ? 1 : 2;
 	u->keys = NULL;
 	u->wait_addr = NULL;
+	u->cancel = 0;
+	u->cancel_cond = NULL;
+	u->name[0] = 0;
 	u->ctx.san.bottom = (char *)u->stack + guard;
 	u->ctx.san.size = (size_t)((char *)top - (char *)u->stack) - guard;
 	u->ctx.san.asan_fake = NULL;

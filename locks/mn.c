@@ -200,8 +200,12 @@ static int join(struct pvrt_ult *t, void **ret, bool try, clockid_t clk, const s
 		return EINVAL;
 	if (abs && (abs->tv_nsec < 0 || abs->tv_nsec >= 1000000000))
 		return EINVAL;
-	if (self)
+	if (self) {
 		testcancel(self);
+		/* Still queued and ready? Run it now rather than block and wait for it. */
+		if (!try && __atomic_load_n(&t->join, __ATOMIC_ACQUIRE) != 1)
+			pvrt_ult_try_yield_to(t);
+	}
 	for (;;) {
 		/* Acquire pairs with the exiting ULT's exchange: its result is visible. */
 		uint32_t j = __atomic_load_n(&t->join, __ATOMIC_ACQUIRE);

@@ -38,6 +38,7 @@
 #include "mn.h"
 
 #include <dlfcn.h>
+#include <link.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -501,12 +502,36 @@ static void *start_thread(void *p)
 }
 
 static void *self_base; /* threads the preload makes itself (workers) are kernel threads */
+/* The address ranges of those two libraries (set at load: a lookup per pthread_create, dladdr,
+ * cost more than the creation of a ULT). */
+static uintptr_t own_lo[2], own_hi[2];
+
+static int find_ranges(struct dl_phdr_info *in, size_t size, void *data)
+{
+	(void)size;
+	(void)data;
+	for (int k = 0; k < 2; k++) {
+		void *base = k ? self_base : hint_lib_base;
+		if (!base || (void *)in->dlpi_addr != base)
+			continue;
+		for (int i = 0; i < in->dlpi_phnum; i++) {
+			const ElfW(Phdr) *ph = &in->dlpi_phdr[i];
+			if (ph->p_type != PT_LOAD)
+				continue;
+			uintptr_t lo = in->dlpi_addr + ph->p_vaddr, hi = lo + ph->p_memsz;
+			if (!own_lo[k] || lo < own_lo[k])
+				own_lo[k] = lo;
+			if (hi > own_hi[k])
+				own_hi[k] = hi;
+		}
+	}
+	return 0;
+}
 
 static bool called_from_hint_lib(void *ret)
 {
-	Dl_info info;
-	return (hint_lib_base || self_base) && dladdr(ret, &info) &&
-	       (info.dli_fbase == hint_lib_base || info.dli_fbase == self_base);
+	uintptr_t a = (uintptr_t)ret;
+	return (a >= own_lo[0] && a < own_hi[0]) || (a >= own_lo[1] && a < own_hi[1]);
 }
 
 EXPORT int pthread_create(pthread_t *t, const pthread_attr_t *attr, void *(*fn)(void *), void *arg)
@@ -669,6 +694,7 @@ __attribute__((constructor)) static void preload_init(void)
 		hint_lib_base = info.dli_fbase;
 	if (dladdr((void *)preload_init, &info))
 		self_base = info.dli_fbase;
+	dl_iterate_phdr(find_ranges, NULL);
 	pvhint_t *h = NULL;
 	if (pvhint_default(&h) < 0) {
 		/* A bad PVRT_HINTS or PVRT_EMU (libpvhint's message names the variable, the

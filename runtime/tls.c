@@ -71,7 +71,7 @@ static struct {
 	size_t nkeys;
 	size_t static_size, static_align, pthread_size;
 	size_t off_tid, off_specific, off_robust, off_stackblock, off_list;
-	bool have_stackblock, have_robust_prev;
+	bool have_stackblock, have_robust_prev, have_used;
 	ptrdiff_t off_rseq;
 	bool have_rseq;
 	bool fsgsbase;
@@ -152,6 +152,18 @@ static int discover(void)
 		return fail("glibc's thread-specific data layout is not the expected one");
 	if (*(int *)(pd + T.off_tid) != (int)syscall(SYS_gettid))
 		return fail("glibc's cached tid is not at the offset libthread_db says");
+
+	/* specific_used, the flag glibc sets with the first key value (after the specific
+	 * array): checked by setting a value of a fresh key, when it is still clear. */
+	bool *used = (bool *)(pd + T.off_specific + 8 * KEY_L1);
+	pthread_key_t k;
+	if (!*used && pthread_key_create(&k, NULL) == 0) {
+		pthread_setspecific(k, (void *)1);
+		T.have_used = *used;
+		pthread_setspecific(k, NULL);
+		pthread_key_delete(k);
+		*used = false; /* no value left: as before */
+	}
 
 	/* The robust-list head glibc registered with the kernel is in our descriptor. */
 	void *head = NULL;
@@ -280,6 +292,8 @@ void *pvrt_tls_create(struct pvrt_ult *u, void *stack, size_t len, size_t guard,
 static void run_key_destructors(char *pd)
 {
 	struct key_data **spec = (struct key_data **)(pd + T.off_specific);
+	if (T.have_used && !*(bool *)(pd + T.off_specific + 8 * KEY_L1))
+		return; /* no value was ever set (nor a second-level block allocated) */
 	for (int round = 0; round < KEY_ROUNDS; round++) {
 		bool any = false;
 		for (size_t i = 0, idx = 0; i < KEY_L1; i++, idx += KEY_L2) {
@@ -302,10 +316,11 @@ static void run_key_destructors(char *pd)
 		if (!any)
 			break;
 	}
-	for (size_t i = 1; i < KEY_L1; i++) {
-		free(spec[i]);
-		spec[i] = NULL;
-	}
+	for (size_t i = 1; i < KEY_L1; i++)
+		if (spec[i]) {
+			free(spec[i]);
+			spec[i] = NULL;
+		}
 }
 
 void pvrt_tls_exit(void)

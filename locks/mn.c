@@ -31,6 +31,7 @@
 #include <sched.h>
 #include <semaphore.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -73,6 +74,8 @@ REALFN(int, pthread_setaffinity_np, pthread_t, size_t, const cpu_set_t *)
 REALFN(int, pthread_getaffinity_np, pthread_t, size_t, cpu_set_t *)
 REALFN(int, pthread_setschedparam, pthread_t, int, const struct sched_param *)
 REALFN(int, pthread_setschedprio, pthread_t, int)
+REALFN(int, pthread_sigmask, int, const sigset_t *, sigset_t *)
+REALFN(int, sigprocmask, int, const sigset_t *, sigset_t *)
 REALFN(int, sched_yield, void)
 REALFN(int, sched_getcpu, void)
 REALFN(unsigned, sleep, unsigned)
@@ -473,6 +476,25 @@ EXPORT int pthread_setschedprio(pthread_t t, int prio)
 	if (!ult_of(t))
 		return REAL(pthread_setschedprio, t, prio);
 	return ENOTSUP;
+}
+
+/* ---------------------------------------------------------------- signal masks */
+
+/* A ULT's mask is its own: loaded on its worker whenever it runs there (ult.c). */
+EXPORT int pthread_sigmask(int how, const sigset_t *set, sigset_t *old)
+{
+	int r = REAL(pthread_sigmask, how, set, old);
+	if (!r && set && self_ult())
+		pvrt_ult_sigmask_changed(pvrt_kernel_sigmask());
+	return r;
+}
+
+EXPORT int sigprocmask(int how, const sigset_t *set, sigset_t *old)
+{
+	int r = REAL(sigprocmask, how, set, old);
+	if (!r && set && self_ult())
+		pvrt_ult_sigmask_changed(pvrt_kernel_sigmask());
+	return r;
 }
 
 /* ---------------------------------------------------------------- yield, CPU, sleep */

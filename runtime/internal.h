@@ -85,8 +85,9 @@ struct pvrt_ult {
 	uint32_t refs; /* handle + the ULT itself; the last one returns the descriptor */
 	void *stack;   /* mapping (guard pages at its bottom), NULL for the primary */
 	size_t stack_len;
-	size_t guard; /* guard bytes at the bottom of the mapping */
-	void *tp;     /* own thread pointer (TCB, tls.c), NULL: the worker's */
+	size_t guard;	  /* guard bytes at the bottom of the mapping */
+	void *tp;	  /* own thread pointer (TCB, tls.c), NULL: the worker's */
+	uint64_t sigmask; /* with own TLS: its signal mask, loaded when it runs (kernel sigset) */
 	unsigned vg_id;
 	struct pvrt_keyvals *keys;
 	const void *wait_addr; /* what it waits on (debugging; M:N cancellation wakes it) */
@@ -166,9 +167,10 @@ struct pvrt_worker {
 	unsigned vcpu;	     /* vCPU for hints */
 	pthread_t thread;
 	void *altstack;
-	void *tp;     /* the kernel thread's own thread pointer */
-	void *cur_tp; /* the thread pointer loaded now */
-	int tid;      /* the kernel thread's tid */
+	void *tp;	  /* the kernel thread's own thread pointer */
+	void *cur_tp;	  /* the thread pointer loaded now */
+	int tid;	  /* the kernel thread's tid */
+	uint64_t sigmask; /* the kernel thread's signal mask now (per-ULT TLS mode) */
 
 	/* Timers: a binary min-heap under 'tlock'. */
 	struct pvrt_lock tlock PVRT_ALIGNED;
@@ -262,6 +264,11 @@ void pvrt_ult_init_primary(struct pvrt_ult *u) PVRT_HIDDEN;
 int pvrt_stack_alloc(size_t size, size_t guard, void **stack, unsigned *vg_id) PVRT_HIDDEN;
 void pvrt_stack_free(void *stack, size_t len, unsigned vg_id) PVRT_HIDDEN;
 size_t pvrt_page_size(void) PVRT_HIDDEN;
+
+/* The calling kernel thread's signal mask (the first 64 signals, the kernel's sigset). */
+uint64_t pvrt_kernel_sigmask(void) PVRT_HIDDEN;
+/* The calling ULT's signal mask changed to m (already loaded on its kernel thread). */
+void pvrt_ult_sigmask_changed(uint64_t m) PVRT_HIDDEN;
 
 /* If set (the M:N preload, before it creates ULTs): every ULT runs wrap(fn, arg) instead of
  * fn(arg), and exits with its result. */

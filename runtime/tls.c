@@ -389,4 +389,5 @@ void pvrt_tls_worker_start(struct pvrt_worker *w)
 	w->tp = pvrt_tp_get();
 	w->cur_tp = w->tp;
 	w->tid = (int)syscall(SYS_gettid);
+	w->sigmask = pvrt_kernel_sigmask();
 }

@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #if !defined(PVRT_ASAN) && !defined(PVRT_TSAN)
@@ -617,6 +618,12 @@ static void switch_ctx(struct pvrt_worker *w, struct pvrt_ctxrec *from, struct p
 	void *tp = to && to->tp ? to->tp : w->tp;
 	if (unlikely(tp != w->cur_tp))
 		pvrt_tls_switch(w, tp);
+	/* Per-ULT signal masks (with per-ULT TLS): a system call only when the next ULT's mask
+	 * differs from the one loaded (the scheduler context keeps whatever is loaded). */
+	if (unlikely(pvrt_rt.ult_tls) && to && to->sigmask != w->sigmask) {
+		syscall(SYS_rt_sigprocmask, SIG_SETMASK, &to->sigmask, NULL, 8);
+		w->sigmask = to->sigmask;
+	}
 	pvrt_ctx_switch(&from->sp, tc->sp);
 	pvrt_after_switch();
 }
@@ -676,6 +683,22 @@ bool pvrt_ult_can_yield_to(const struct pvrt_ult *u)
 	/* Relaxed: a hint; pvrt_ult_try_yield_to's CAS decides. */
 	return self && u && u != self && !bound_elsewhere(u, w) &&
 	       __atomic_load_n(&u->state, __ATOMIC_RELAXED) == ULT_READY;
+}
+
+uint64_t pvrt_kernel_sigmask(void)
+{
+	uint64_t m = 0;
+	syscall(SYS_rt_sigprocmask, SIG_BLOCK, NULL, &m, 8);
+	return m;
+}
+
+void pvrt_ult_sigmask_changed(uint64_t m)
+{
+	struct pvrt_worker *w = pvrt_worker_cur();
+	if (w && w->cur) {
+		w->cur->sigmask = m;
+		w->sigmask = m;
+	}
 }
 
 struct pvrt_ult *pvrt_ult_current(void)
@@ -744,6 +767,7 @@ void pvrt_ult_init_primary(struct pvrt_ult *u)
 	u->refs = 1;
 	u->id = 1;
 	u->state = ULT_RUNNING;
+	u->sigmask = pvrt_kernel_sigmask();
 	pthread_attr_t a;
 	if (!pthread_getattr_np(pthread_self(), &a)) {
 		void *lo;
@@ -855,6 +879,9 @@ int pvrt_thread_create(pvrt_thread_t *out, const pvrt_thread_attr_t *attr, void 
 	u->wait_addr = NULL;
 	u->cancel = 0;
 	u->cancel_cond = NULL;
+	/* As a thread inherits its creator's signal mask. */
+	struct pvrt_ult *cu = w ? w->cur : NULL;
+	u->sigmask = cu && (cu->tp || cu == pvrt_rt.primary) ? cu->sigmask : pvrt_kernel_sigmask();
 	u->name[0] = 0;
 	u->ctx.san.bottom = (char *)u->stack + guard;
 	u->ctx.san.size = (size_t)((char *)top - (char *)u->stack) - guard;

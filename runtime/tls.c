@@ -376,8 +376,17 @@ void pvrt_tls_switch(struct pvrt_worker *w, void *tp)
 		 * target's addresses: after the switch of the thread pointer, compiled code might
 		 * still use addresses it computed from the old one). */
 		char *src = w->tp;
-		for (unsigned i = 0; i < T.nkw; i++)
-			memcpy((char *)tp + T.kw_off[i], src + T.kw_off[i], T.kw_size[i]);
+		for (unsigned i = 0; i < T.nkw; i++) {
+			char *d = (char *)tp + T.kw_off[i];
+			const char *o = src + T.kw_off[i];
+			/* Words of 8 and 4 bytes (no memcpy call on the switch path). */
+			if (T.kw_size[i] == 8)
+				*(uint64_t *)(void *)d = *(const uint64_t *)(const void *)o;
+			else if (T.kw_size[i] == 4)
+				*(uint32_t *)(void *)d = *(const uint32_t *)(const void *)o;
+			else
+				memcpy(d, o, T.kw_size[i]);
+		}
 		*(int *)(pd_of(tp) + T.off_tid) = w->tid;
 	}
 	pvrt_tp_set(tp);

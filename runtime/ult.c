@@ -879,9 +879,11 @@ int pvrt_thread_create(pvrt_thread_t *out, const pvrt_thread_attr_t *attr, void 
 	u->wait_addr = NULL;
 	u->cancel = 0;
 	u->cancel_cond = NULL;
-	/* As a thread inherits its creator's signal mask. */
-	struct pvrt_ult *cu = w ? w->cur : NULL;
-	u->sigmask = cu && (cu->tp || cu == pvrt_rt.primary) ? cu->sigmask : pvrt_kernel_sigmask();
+	/* Per-ULT TLS: as a thread, it inherits its creator's signal mask. */
+	if (pvrt_rt.ult_tls) {
+		struct pvrt_ult *cu = w ? w->cur : NULL;
+		u->sigmask = cu ? cu->sigmask : pvrt_kernel_sigmask();
+	}
 	u->name[0] = 0;
 	u->ctx.san.bottom = (char *)u->stack + guard;
 	u->ctx.san.size = (size_t)((char *)top - (char *)u->stack) - guard;

@@ -92,10 +92,16 @@ int lk_tid_slow(void)
 	return lk_tid_cache;
 }
 
+uint32_t lk_fork_gen;
+
 static void lk_atfork_child(void)
 {
 	/* The forking thread has a new tid in the child. */
 	lk_tid_cache = 0;
+	/* Waiter records of the parent's other threads (cond nodes, spinner nodes, once runners,
+	 * hand-off targets) are now stale: see lk_fork_gen in lk.h. Relaxed: the only thread. */
+	__atomic_store_n(&lk_fork_gen, lk_fork_gen + 1, __ATOMIC_RELAXED);
+	lk_spinq_atfork_child();
 	/* The emulator's control thread did not survive the fork, and its locks may have been
 	 * held by it: report no parks from the child. */
 	pvhint_t *d = __atomic_load_n(&lk_default_ptr, __ATOMIC_RELAXED);
@@ -113,6 +119,21 @@ static void lk_atfork_child(void)
 __attribute__((constructor)) static void lk_init(void)
 {
 	pthread_atfork(NULL, NULL, lk_atfork_child);
+}
+
+bool lk_target_gone(uint32_t id)
+{
+	if (lk_likely(lk_gen() == 0))
+		return false;
+	/* A ULT (0x40000000 | id) cannot be looked up; cancelling its registration is always
+	 * safe (a live target re-registers), so treat it as gone. */
+	if (id & 0x40000000u)
+		return true;
+	int saved = errno;
+	/* ESRCH: no such thread in our thread group (a parent thread, in a fork child). */
+	bool gone = syscall(SYS_tgkill, getpid(), (pid_t)id, 0) != 0 && errno == ESRCH;
+	errno = saved;
+	return gone;
 }
 
 /* ---- parking ---- */
@@ -151,20 +172,19 @@ int lk_park(uint32_t *addr, uint32_t val, clockid_t clk, const struct timespec *
 	    enum pvrt_lock_class cls)
 {
 	pvhint_t *told = lk_park_begin(cls);
-	int r = pvrt_futex_wait(addr, val, clk, abstime);
+	int r = rt_futex_wait(addr, val, clk, abstime);
 	lk_park_end(told);
 	return r;
 }
 
+static void ilock_park(uint32_t *w)
+{
+	lk_park(w, 2, CLOCK_MONOTONIC, NULL, PVRT_LOCK_COND);
+}
+
 void lk_ilock_slow(uint32_t *w)
 {
-	/* Drepper's three-state lock: 2 means "maybe waiters", so the unlocker wakes one.
-	 * Acquire on success: see lk_ilock(). */
-	uint32_t c = __atomic_exchange_n(w, 2, __ATOMIC_ACQUIRE);
-	while (c != 0) {
-		lk_park(w, 2, CLOCK_MONOTONIC, NULL, PVRT_LOCK_COND);
-		c = __atomic_exchange_n(w, 2, __ATOMIC_ACQUIRE);
-	}
+	os_lock_contended(w, 0, ilock_park); /* no spinning, as before: sections are short */
 }
 
 const char *pvrt_lock_class_name(enum pvrt_lock_class cls)

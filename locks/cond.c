@@ -37,7 +37,7 @@
  * queue, passes on a signal the waiter already consumed, and locks the mutex
  * again before the application's cleanup handlers run, as POSIX requires.
  * Such a node is marked 'kernel' so that its signaller wakes the kernel futex
- * rather than pvrt_futex.
+ * rather than rt_futex.
  */
 #define _GNU_SOURCE
 #include <pvrt/cond.h>
@@ -46,10 +46,8 @@
 #include "lk_cond.h"
 
 #include <errno.h>
-#include <linux/futex.h>
 #include <pthread.h>
 #include <stddef.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 enum { WAITING = 0, CHAINED = 1, SIGNALED = 2 };
@@ -74,6 +72,26 @@ static inline uint32_t *refs_of(pvrt_cond_t *c)
 	return &c->pad[0];
 }
 
+/*
+ * Fork: in a child, the queue's nodes are the parent's waiters, which do not exist there, on
+ * stacks the child's new threads reuse (glibc recycles them): they must not be signalled, nor
+ * even read. 'qgen' (second padding word) is the fork generation (lk_fork_gen) the queue
+ * belongs to; the first queue operation of a later generation empties it, with the references
+ * of those waiters, so signals and broadcasts reach the child's own waiters only.
+ */
+static void queue_lock(pvrt_cond_t *c)
+{
+	lk_ilock(&c->lock);
+	uint32_t gen = lk_gen();
+	if (lk_unlikely(c->pad[1] != gen)) {
+		/* Relaxed: as set_head. */
+		__atomic_store_n(&c->head, NULL, __ATOMIC_RELAXED);
+		c->tail = NULL;
+		__atomic_store_n(refs_of(c), 0, __ATOMIC_RELAXED);
+		c->pad[1] = gen;
+	}
+}
+
 int pvrt_cond_init(pvrt_cond_t *c, clockid_t clk)
 {
 	if (!lk_valid_clock(clk))
@@ -84,7 +102,7 @@ int pvrt_cond_init(pvrt_cond_t *c, clockid_t clk)
 
 int pvrt_cond_destroy(pvrt_cond_t *c)
 {
-	lk_ilock(&c->lock);
+	queue_lock(c);
 	bool busy = c->head != NULL;
 	lk_iunlock(&c->lock);
 	if (busy)
@@ -129,9 +147,7 @@ static void signal_node(struct pvrt_cond_node *n)
 	 * SIGNALED and return): the wake on a dead address is harmless, as with any futex. */
 	__atomic_store_n(&n->state, SIGNALED, __ATOMIC_RELEASE);
 	if (kernel) {
-		int saved = errno;
-		syscall(SYS_futex, &n->state, FUTEX_WAKE | FUTEX_PRIVATE_FLAG, 1, NULL, NULL, 0);
-		errno = saved;
+		os_futex_wake(&n->state, 1);
 	} else {
 		lk_wake(&n->state, 1);
 	}
@@ -145,9 +161,7 @@ static void park_chained(struct pvrt_cond_node *n)
 		lk_park(&n->state, CHAINED, CLOCK_MONOTONIC, NULL, C);
 		return;
 	}
-	int saved = errno;
-	syscall(SYS_futex, &n->state, FUTEX_WAIT | FUTEX_PRIVATE_FLAG, CHAINED, NULL, NULL, 0);
-	errno = saved;
+	os_futex_wait(&n->state, CHAINED, NULL);
 }
 
 /* Take n out of the queue, wherever it is (under the queue lock). */
@@ -166,7 +180,7 @@ static void unlink_node(pvrt_cond_t *c, struct pvrt_cond_node *n)
 /* Unlink n if it is still queued (under the queue lock); false if a signal took it. */
 static bool unqueue(pvrt_cond_t *c, struct pvrt_cond_node *n)
 {
-	lk_ilock(&c->lock);
+	queue_lock(c);
 	bool queued = __atomic_load_n(&n->state, __ATOMIC_RELAXED) == WAITING;
 	if (queued)
 		unlink_node(c, n);
@@ -214,21 +228,16 @@ static void cancel_cleanup(void *p)
 /* Sleep in the kernel while n->state == s, asynchronously cancellable across the call only. */
 static int kwait(struct cwait *w, uint32_t s, clockid_t clk, const struct timespec *abs)
 {
-	int op = FUTEX_WAIT_BITSET | FUTEX_PRIVATE_FLAG;
-	if (clk == CLOCK_REALTIME)
-		op |= FUTEX_CLOCK_REALTIME;
-	int saved = errno, old;
+	int old;
 	/* Volatile: the cleanup handler reads it after an asynchronous cancel. */
 	*(pvhint_t *volatile *)&w->told = lk_park_begin(C);
 	/* A cancel that is already pending acts inside this call (the cleanup handler runs). */
 	pthread_setcanceltype(PTHREAD_CANCEL_ASYNCHRONOUS, &old);
-	long r = syscall(SYS_futex, &w->n->state, op, s, abs, NULL, FUTEX_BITSET_MATCH_ANY);
-	int err = r == 0 ? 0 : errno;
+	int r = os_futex_wait_abs(&w->n->state, s, clk, abs);
 	pthread_setcanceltype(old, NULL);
 	lk_park_end(w->told);
 	*(pvhint_t *volatile *)&w->told = NULL;
-	errno = saved;
-	return -err;
+	return r;
 }
 
 /* Wait until n is signalled (0) or the deadline passes while it is still queued (-ETIMEDOUT).
@@ -271,16 +280,16 @@ static int wait_cancellable(pvrt_cond_t *c, void *m, lk_mutex_op lock, struct pv
 int lk_cond_wait(pvrt_cond_t *c, void *m, lk_mutex_op unlock, lk_mutex_op lock, clockid_t clk,
 		 const struct timespec *abs, bool cancellable)
 {
-	if (abs && !lk_valid_timespec(abs))
+	if (abs && !os_timespec_valid(abs))
 		return -EINVAL;
-	/* A ULT blocks through pvrt_futex (it switches away); cancellation is for threads. */
+	/* A ULT blocks through rt_futex (it switches away); cancellation is for threads. */
 	bool kernel = cancellable && !lk_self_ult();
 	struct pvrt_ult *self = lk_self_ult();
 	/* A ULT's vCPU is where the scheduler puts it when readied: unknown here. */
 	struct pvrt_cond_node n = {
 	    .state = WAITING, .kernel = kernel, .vcpu1 = self ? 0 : lk_self_vcpu1(NULL)};
 
-	lk_ilock(&c->lock);
+	queue_lock(c);
 	n.prev = c->tail;
 	if (c->tail)
 		c->tail->next = &n;
@@ -347,32 +356,20 @@ int pvrt_cond_clockwait(pvrt_cond_t *c, pvrt_mutex_t *m, clockid_t clk,
 }
 
 /*
- * Which waiter a signal takes (under the queue lock). POSIX lets it be any; it is the one that
- * will run soonest by the hints among the COND_PICK_SCAN oldest (pvrt_wake_rank: its physical
- * CPU idle, else its vCPU not preempted), the oldest among equals. A waiter passed over
- * COND_MAX_SKIPS times is taken next, so hints reorder signals by a bounded amount.
+ * Which waiter a signal takes (under the queue lock; the queue is not empty). POSIX lets it be
+ * any; it is the one that will run soonest by the hints, with bounded skips, as for
+ * rt_futex_wake_hinted (struct rt_wake_pick).
  */
-#define COND_PICK_SCAN 8
-#define COND_MAX_SKIPS 4
 static struct pvrt_cond_node *pick(pvrt_cond_t *c, const pvhint_t *h)
 {
-	struct pvrt_cond_node *best = c->head;
 	if (!(h->valid & (PVHINT_VALID_PREEMPTED | PVHINT_VALID_IS_IDLE)))
-		return best;
-	int best_rank = -1, seen = 0;
-	for (struct pvrt_cond_node *n = c->head; n && seen < COND_PICK_SCAN; n = n->next, seen++) {
-		if (n->skipped >= COND_MAX_SKIPS) {
-			best = n;
+		return c->head;
+	struct rt_wake_pick p;
+	rt_wake_pick_init(&p);
+	for (struct pvrt_cond_node *n = c->head; n; n = n->next)
+		if (!rt_wake_pick_offer(&p, h, n, n->vcpu1, n->skipped))
 			break;
-		}
-		int r = pvrt_wake_rank(h, n->vcpu1);
-		if (r > best_rank) {
-			best = n;
-			best_rank = r;
-			if (r == 2)
-				break;
-		}
-	}
+	struct pvrt_cond_node *best = p.best;
 	for (struct pvrt_cond_node *n = c->head; n != best; n = n->next)
 		n->skipped++;
 	return best;
@@ -385,7 +382,7 @@ int pvrt_cond_signal(pvrt_cond_t *c)
 	if (!__atomic_load_n(&c->head, __ATOMIC_RELAXED))
 		return 0;
 	pvhint_t *h = lk_hints();
-	lk_ilock(&c->lock);
+	queue_lock(c);
 	struct pvrt_cond_node *n = c->head ? pick(c, h) : NULL;
 	if (n) {
 		unlink_node(c, n);
@@ -402,7 +399,7 @@ int pvrt_cond_broadcast(pvrt_cond_t *c)
 {
 	if (!__atomic_load_n(&c->head, __ATOMIC_RELAXED))
 		return 0;
-	lk_ilock(&c->lock);
+	queue_lock(c);
 	struct pvrt_cond_node *first = c->head;
 	for (struct pvrt_cond_node *n = first; n; n = n->next) {
 		n->chain = n->next;

@@ -10,8 +10,9 @@
 #include <pvrt/lockstat.h>
 #include <pvrt/pvhint.h>
 
-#include "futex.h"
-#include "internal.h"
+#include "wait.h" /* all that the locks see of the runtime */
+
+#include <pvrt/thread.h>
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -49,22 +50,19 @@
 static inline void lk_backoff(unsigned *b)
 {
 	for (unsigned i = 0; i < *b; i++)
-		pvrt_cpu_relax();
+		os_cpu_relax();
 	if (*b < LK_BACKOFF_MAX)
 		*b <<= 1;
 }
 
-/* ---- the runtime ----
- * Its internal header declares what the locks use: pvrt_tls_worker (initial-exec TLS, hidden in
- * libpvrt and the preload), pvrt_ult_current(), pvrt_ult_try_yield_to(), pvrt_worker_vcpu(),
- * pvrt_cpu_relax(), pvrt_now_ns(). */
+/* ---- the runtime (wait.h) ---- */
 
-/* pvrt_ult_current() without a call for threads that are not workers (the common case for
+/* rt_ult_current() without a call for threads that are not workers (the common case for
  * pthread programs). Only for use at the start of a lock call: a worker's ULT may move to another
  * worker at any switch, so the test must not be reused after one. */
 static inline struct pvrt_ult *lk_self_ult(void)
 {
-	return __builtin_expect(pvrt_tls_worker == NULL, 1) ? NULL : pvrt_ult_current();
+	return __builtin_expect(rt_tls_worker == NULL, 1) ? NULL : rt_ult_current();
 }
 /* ---- hints ---- */
 extern pvhint_t *lk_hints_ptr;
@@ -84,12 +82,12 @@ static inline bool lk_vcpu1_preempted(pvhint_t *h, uint32_t v1)
 	return v1 != 0 && pvhint_vcpu_preempted(h, v1 - 1);
 }
 
-/* The caller's vCPU + 1, for owner records. u: the caller's ULT (pvrt_ult_current()) or NULL.
+/* The caller's vCPU + 1, for owner records. u: the caller's ULT (rt_ult_current()) or NULL.
  * A ULT reports its worker's vCPU, read through a call because a ULT may have moved to another
  * worker (and thread pointer) since the caller last read thread-local data. */
 static inline uint32_t lk_self_vcpu1(struct pvrt_ult *u)
 {
-	int v = u ? pvrt_worker_vcpu() : pvhint_tls_vcpu;
+	int v = u ? rt_worker_vcpu() : pvhint_tls_vcpu;
 	if (v < 0)
 		v = pvhint_cpu_now();
 	return (uint32_t)v + 1;
@@ -109,7 +107,6 @@ static inline int lk_tid(void)
 	int t = lk_tid_cache;
 	return lk_likely(t != 0) ? t : lk_tid_slow();
 }
-uint64_t pvrt_thread_id(struct pvrt_ult *t);
 static inline int lk_self_id(struct pvrt_ult *u)
 {
 	if (lk_likely(!u))
@@ -117,17 +114,35 @@ static inline int lk_self_id(struct pvrt_ult *u)
 	return (int)(0x40000000u | (uint32_t)(pvrt_thread_id(u) & 0x3fffffffu));
 }
 
+/* ---- fork ----
+ * In a fork child only the forking thread exists; every record a parent thread left in a lock
+ * (a condvar waiter node, a spinner-queue node, a once in progress, a mutex hand-off target)
+ * belongs to nobody. lk_fork_gen counts the forks this process descends from (0 in the
+ * original process; the child handler bumps it). Records stamped with it are recognised as
+ * stale by a later generation and skipped, as glibc's once does with its fork generation. */
+extern uint32_t lk_fork_gen;
+static inline uint32_t lk_gen(void)
+{
+	/* Relaxed: changes only in a fork child's handler, before any other thread exists. */
+	return __atomic_load_n(&lk_fork_gen, __ATOMIC_RELAXED);
+}
+/* A registered mutex hand-off target id (lk_self_id) that cannot collect a grant: a thread of
+ * the parent, in a fork descendant (a system call, only there; never true in the original
+ * process). A tid reused by a new thread of the child is taken for alive. */
+bool lk_target_gone(uint32_t id);
+void lk_spinq_atfork_child(void);
+
 /* ---- parking ---- */
 
 /*
- * Park on addr while *addr == val (pvrt_futex_wait semantics), telling the
+ * Park on addr while *addr == val (rt_futex_wait semantics), telling the
  * hint source that this thread blocks so an emulated vCPU whose threads all
- * sleep counts as halted. Returns pvrt_futex_wait's result.
+ * sleep counts as halted. Returns rt_futex_wait's result.
  */
 int lk_park(uint32_t *addr, uint32_t val, clockid_t clk, const struct timespec *abstime,
 	    enum pvrt_lock_class cls);
 
-/* lk_park in two halves, for waits that do not go through pvrt_futex_wait (the cancellable
+/* lk_park in two halves, for waits that do not go through rt_futex_wait (the cancellable
  * condvar wait): begin counts the park and tells the hint source (returns whether it told);
  * end takes begin's result (the handle told, or NULL). */
 pvhint_t *lk_park_begin(enum pvrt_lock_class cls);
@@ -135,40 +150,35 @@ void lk_park_end(pvhint_t *told);
 
 static inline int lk_wake(uint32_t *addr, int n)
 {
-	return pvrt_futex_wake(addr, n);
+	return rt_futex_wake(addr, n);
 }
 
-/* Wake one waiter, preferring one whose vCPU will run soon (see pvrt_futex_wake_hinted). */
+/* Wake one waiter, preferring one whose vCPU will run soon (see rt_futex_wake_hinted). */
 static inline int lk_wake_one(uint32_t *addr)
 {
-	return pvrt_futex_wake_hinted(addr, lk_hints());
+	return rt_futex_wake_hinted(addr, lk_hints());
 }
 
-/* A small internal lock (3-state futex lock) for short queue manipulations. */
+/* A small internal lock for short queue manipulations: the OS layer's three-state lock, its
+ * sleepers parked through rt_futex (a ULT switches away instead of blocking its worker). */
 void lk_ilock_slow(uint32_t *w);
 static inline void lk_ilock(uint32_t *w)
 {
-	uint32_t z = 0;
 	/* Acquire: the queue written by the previous holder is visible to us. */
-	if (lk_unlikely(
-		!__atomic_compare_exchange_n(w, &z, 1, false, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)))
+	if (lk_unlikely(!os_lock_try(w)))
 		lk_ilock_slow(w);
 }
 static inline void lk_iunlock(uint32_t *w)
 {
 	/* Release: our queue updates are visible to the next holder. */
-	if (lk_unlikely(__atomic_exchange_n(w, 0, __ATOMIC_RELEASE) == 2))
+	if (lk_unlikely(os_unlock_contended(w)))
 		lk_wake(w, 1);
 }
 
-/* Validate an absolute timeout and clock the way glibc does before waiting. */
+/* Validate a clock the way glibc does before waiting (timeouts: os_timespec_valid). */
 static inline bool lk_valid_clock(clockid_t clk)
 {
 	return clk == CLOCK_REALTIME || clk == CLOCK_MONOTONIC;
-}
-static inline bool lk_valid_timespec(const struct timespec *ts)
-{
-	return ts->tv_nsec >= 0 && ts->tv_nsec < 1000000000L;
 }
 
 /*
@@ -201,7 +211,7 @@ static inline bool lk_spin_more(struct lk_spin *sp)
 	/* A clock read costs about what a check does: look at the time every LK_SPIN_FREE-th. */
 	if ((++sp->n % LK_SPIN_FREE) != 0)
 		return true;
-	uint64_t now = pvrt_now_ns();
+	uint64_t now = os_now_ns();
 	if (!sp->deadline) {
 		sp->deadline = now + sp->budget;
 		return true;
@@ -211,7 +221,7 @@ static inline bool lk_spin_more(struct lk_spin *sp)
 /* Time spent since the clock was first read (0 if it never was). */
 static inline uint64_t lk_spin_elapsed(const struct lk_spin *sp)
 {
-	return sp->deadline ? pvrt_now_ns() + sp->budget - sp->deadline : 0;
+	return sp->deadline ? os_now_ns() + sp->budget - sp->deadline : 0;
 }
 
 /* ---- statistics ---- */

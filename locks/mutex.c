@@ -10,7 +10,7 @@
  *            that has parked once acquires with WAITERS set, because it cannot
  *            know whether others still sleep (Drepper's "mutex 3").
  *   unlock:  CAS LOCKED -> 0; else clear LOCKED (and WAITERS) and wake one,
- *            preferring a waiter whose vCPU will run soon (pvrt_futex_wake_hinted).
+ *            preferring a waiter whose vCPU will run soon (rt_futex_wake_hinted).
  *
  * hand-off: a waiter that has waited LK_STARVE_NS since it first parked
  *   registers in 'handoff' (CAS 0 -> its tid; one target at a time), sets
@@ -23,6 +23,8 @@
  *   freeing the word cancels it the same way: the target stores its tid, then
  *   reads the word; the unlocker frees the word, then reads 'handoff' (both
  *   sequentially consistent), so one of them sees the other (no lost wake-up).
+ *   In a fork child a target registered by a parent thread does not exist: the unlocker
+ *   cancels it the same way (lk_target_gone).
  */
 #define _GNU_SOURCE
 #include <pvrt/mutex.h>
@@ -92,7 +94,8 @@ int pvrt_mutex_destroy(pvrt_mutex_t *m)
  * the estimate plus 500 ns, at most LK_SPIN_BLIND_NS. Kept per thread (per
  * worker for ULTs), not in the mutex, whose 40 bytes are all taken.
  */
-#define EST_SLOTS 8
+#define EST_SLOTS_SHIFT 3
+#define EST_SLOTS	(1u << EST_SLOTS_SHIFT)
 struct blind_est {
 	const pvrt_mutex_t *m;
 	uint32_t ns;
@@ -118,7 +121,8 @@ static __attribute__((noinline)) struct mx_thread *mx_self(void)
 static struct blind_est *blind_slot(struct mx_thread *t, const pvrt_mutex_t *m)
 {
 	/* Fibonacci hashing of the whole address: neighbours in an array of mutexes differ. */
-	struct blind_est *e = &t->est[((uintptr_t)m * 0x9E3779B97F4A7C15ull) >> 61];
+	struct blind_est *e =
+	    &t->est[((uintptr_t)m * 0x9E3779B97F4A7C15ull) >> (64 - EST_SLOTS_SHIFT)];
 	if (e->m != m) {
 		e->m = m;
 		e->ns = LK_SPIN_BLIND_NS / 2;
@@ -151,7 +155,7 @@ static bool own_vcpu_shared(struct mx_thread *t, pvhint_t *h, struct pvrt_ult *u
 		t->steal_seen = st;
 		return false;
 	}
-	uint64_t now = pvrt_now_ns();
+	uint64_t now = os_now_ns();
 	if (st != t->steal_seen) {
 		t->steal_seen = st;
 		t->steal_at = now;
@@ -248,9 +252,9 @@ static bool spin_acquire(pvrt_mutex_t *m, uint32_t extra, struct pvrt_ult *self)
 				 * are away. */
 				struct pvrt_ult *ou =
 				    __atomic_load_n(&m->owner_ult, __ATOMIC_RELAXED);
-				if (ou && pvrt_ult_can_yield_to(ou)) {
+				if (ou && rt_ult_can_yield_to(ou)) {
 					lk_spinq_unlock(&m->spinq, node);
-					if (pvrt_ult_try_yield_to(ou)) {
+					if (rt_ult_try_yield_to(ou)) {
 						lk_stat(C, LK_SPIN_CUT);
 						moved = true;
 					}
@@ -377,7 +381,7 @@ static int lock_slow(pvrt_mutex_t *m, clockid_t clk, const struct timespec *abs,
 	if (timed) {
 		/* glibc's order: a bad timespec is EINVAL once the first attempt failed (not
 		 * before), and a negative tv_sec is already expired. */
-		if (!lk_valid_timespec(abs))
+		if (!os_timespec_valid(abs))
 			return -EINVAL;
 		if (abs->tv_sec < 0)
 			return -ETIMEDOUT;
@@ -399,7 +403,7 @@ static int lock_slow(pvrt_mutex_t *m, clockid_t clk, const struct timespec *abs,
 				return 0;
 			continue;
 		}
-		if (t0 && pvrt_now_ns() - t0 >= LK_STARVE_NS) {
+		if (t0 && os_now_ns() - t0 >= LK_STARVE_NS) {
 			int r = handoff_acquire(m, clk, abs, u);
 			if (r != -EAGAIN)
 				return r;
@@ -413,7 +417,7 @@ static int lock_slow(pvrt_mutex_t *m, clockid_t clk, const struct timespec *abs,
 			w |= WAITERS;
 		}
 		if (!t0)
-			t0 = pvrt_now_ns();
+			t0 = os_now_ns();
 		extra = WAITERS;
 		int r = lk_park(&m->word, w, clk, abs, C);
 		if (r == -ETIMEDOUT || r == -EINVAL)
@@ -435,7 +439,8 @@ static void release_slow(pvrt_mutex_t *m)
 			if (!hints)
 				hints = lk_hints();
 			uint32_t tv = __atomic_load_n(&m->handoff_vcpu, __ATOMIC_RELAXED);
-			if (!lk_vcpu1_preempted(hints, tv)) {
+			/* A target left by a parent thread at fork would never collect a grant. */
+			if (!lk_vcpu1_preempted(hints, tv) && !lk_target_gone(t)) {
 				/* Grant: keep LOCKED, drop HANDOFF; ownership passes to t. */
 				if (!__atomic_compare_exchange_n(&m->word, &w, w & ~HANDOFF, false,
 								 __ATOMIC_RELAXED,

@@ -35,7 +35,6 @@
 
 #include "lk.h"
 #include "lk_cond.h"
-#include "mn.h"
 
 #include <dlfcn.h>
 #include <link.h>
@@ -43,9 +42,11 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define EXPORT __attribute__((visibility("default")))
@@ -117,7 +118,7 @@ REAL(int, pthread_spin_trylock, pthread_spinlock_t *)
 REAL(int, pthread_spin_unlock, pthread_spinlock_t *)
 REAL(int, pthread_create, pthread_t *, const pthread_attr_t *, void *(*)(void *), void *)
 
-/* Calls into glibc keep errno as glibc leaves it; ours never touch it (pvrt_futex saves it). */
+/* Calls into glibc keep errno as glibc leaves it; ours never touch it (rt_futex saves it). */
 #define CALL_REAL(name, ...) (get_##name()(__VA_ARGS__))
 
 /* ---- mutex ---- */
@@ -227,11 +228,11 @@ static int op_lock(void *m)
 static int cond_wait(pthread_cond_t *c, pthread_mutex_t *m, clockid_t clk,
 		     const struct timespec *abs)
 {
-	if (lk_likely(!lk_mn_on))
+	if (lk_likely(!rt_mn_on))
 		return -lk_cond_wait(PC(c), m, op_unlock, op_lock, clk, abs, true);
-	lk_mn_cond_enter(PC(c));
+	rt_mn_cond_enter(PC(c));
 	int r = -lk_cond_wait(PC(c), m, op_unlock, op_lock, clk, abs, true);
-	lk_mn_cond_leave();
+	rt_mn_cond_leave();
 	return r;
 }
 
@@ -536,9 +537,9 @@ static bool called_from_hint_lib(void *ret)
 
 EXPORT int pthread_create(pthread_t *t, const pthread_attr_t *attr, void *(*fn)(void *), void *arg)
 {
-	if (__atomic_load_n(&lk_mn_on, __ATOMIC_ACQUIRE) &&
+	if (__atomic_load_n(&rt_mn_on, __ATOMIC_ACQUIRE) &&
 	    !called_from_hint_lib(__builtin_return_address(0)))
-		return lk_mn_create(t, attr, fn, arg);
+		return rt_mn_create(t, attr, fn, arg);
 	if (!__atomic_load_n(&emu_handle, __ATOMIC_ACQUIRE) ||
 	    called_from_hint_lib(__builtin_return_address(0)))
 		return CALL_REAL(pthread_create, t, attr, fn, arg);
@@ -594,7 +595,16 @@ static void write_stats(void)
 			break;
 		n += (size_t)k;
 	}
-	int fd = open(stats_file, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+	/* Never through a symbolic link (it could point anywhere), never a FIFO or a device
+	 * (O_NONBLOCK: opening a FIFO nobody reads must not hang the exit). */
+	int fd = open(stats_file,
+		      O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0600);
+	struct stat st;
+	if (fd >= 0 && (fstat(fd, &st) || !S_ISREG(st.st_mode))) {
+		close(fd);
+		fd = -1;
+		errno = EINVAL;
+	}
 	if (fd >= 0) {
 		/* One write per process: lines of concurrent processes do not interleave. */
 		ssize_t w = write(fd, buf, n);
@@ -642,7 +652,7 @@ static void env_warn(const char *fmt, ...)
  * reported and means pvrt (the value pvrt-run never sets, so a hand-written typo). */
 static void parse_locks_env(void)
 {
-	const char *locks = getenv("PVRT_LOCKS");
+	const char *locks = secure_getenv("PVRT_LOCKS");
 	if (!locks || !*locks || !strcmp(locks, "pvrt"))
 		return;
 	if (!strcmp(locks, "glibc")) {
@@ -653,11 +663,11 @@ static void parse_locks_env(void)
 		 locks);
 }
 
-/* PVRT_MN=1 (pvrt-run --mn): pthreads become ULTs (mn.c). A runtime that cannot start is
+/* PVRT_MN=1 (pvrt-run --mn): pthreads become ULTs (runtime/mn.c). A runtime that cannot start is
  * reported and the program runs in lock-only mode. */
 static void start_mn(void)
 {
-	const char *mn = getenv("PVRT_MN");
+	const char *mn = secure_getenv("PVRT_MN");
 	if (!mn || !*mn || !strcmp(mn, "0"))
 		return;
 	if (strcmp(mn, "1")) {
@@ -669,9 +679,42 @@ static void start_mn(void)
 		env_warn("PVRT_MN=1 needs pvrt's locks (PVRT_LOCKS=glibc given); M:N mode off");
 		return;
 	}
-	const char *why = lk_mn_start();
+	const char *why = rt_mn_start();
 	if (why)
 		env_warn("PVRT_MN=1: cannot start the runtime (%s); M:N mode off", why);
+}
+
+/*
+ * export= makes this process's emulator publish its page in a file. Programs it starts load the
+ * preload again and would each open an emulator exporting to the same path: only this process,
+ * the emulator's owner, exports. The key is cut out of the PVRT_EMU string in place, because
+ * programs such as bash pass on the environment main() received, not a setenv() copy. Called
+ * once the default handle is open, before any thread.
+ */
+static void drop_export_from_env(void)
+{
+	extern char **environ;
+	for (char **ep = environ; ep && *ep; ep++) {
+		if (strncmp(*ep, "PVRT_EMU=", 9))
+			continue;
+		char *w = *ep + 9, *r = w;
+		bool first = true;
+		while (*r) {
+			size_t len = strcspn(r, ",");
+			bool skip = !strncmp(r + strspn(r, " "), "export=", 7);
+			if (!skip) {
+				if (!first)
+					*w++ = ',';
+				memmove(w, r, len);
+				w += len;
+				first = false;
+			}
+			r += len;
+			if (*r == ',')
+				r++;
+		}
+		*w = 0;
+	}
 }
 
 __attribute__((constructor)) static void preload_init(void)
@@ -679,7 +722,7 @@ __attribute__((constructor)) static void preload_init(void)
 	int saved = errno;
 	pthread_atfork(NULL, NULL, preload_atfork_child);
 	parse_locks_env();
-	const char *sf = getenv("PVRT_STATS_FILE");
+	const char *sf = secure_getenv("PVRT_STATS_FILE");
 	if (sf && *sf) {
 		stats_file = strdup(sf);
 		/* Before any counting. Failing that, each process writes its own counts at exit
@@ -703,6 +746,7 @@ __attribute__((constructor)) static void preload_init(void)
 		env_warn("%s; using hint source none", pvhint_errmsg());
 		h = NULL;
 	}
+	drop_export_from_env();
 	if (h && strcmp(pvhint_source_name(h), "emu") == 0) {
 		pthread_key_create(&detach_key, detach_at_exit);
 		/* Release: the handle is complete before pthread_create reads it. */

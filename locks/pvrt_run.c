@@ -84,7 +84,8 @@ static int find_preload(char *out, size_t n)
 		snprintf(out, n, "%s/%s", dir, PRELOAD_NAME);
 		if (is_file(out))
 			return 0;
-		snprintf(out, n, "%s/../lib/%s", dir, PRELOAD_NAME);
+		/* An installed tree, wherever it was installed (the libdir relative to bindir). */
+		snprintf(out, n, "%s/%s/%s", dir, PVRT_BIN_TO_LIB, PRELOAD_NAME);
 		if (is_file(out))
 			return 0;
 	}
@@ -223,7 +224,15 @@ int main(int argc, char **argv)
 	if (workers)
 		setenv("PVRT_WORKERS", workers, 1);
 
-	if (!stats) {
+	/* --emu=...,export=PATH: PROGRAM's process exports (the check above created and removed
+	 * the file, so the path is free and ours); one that leaves by _exit (dash does), exec or a
+	 * signal cannot remove it, so pvrt-run waits for PROGRAM and removes it then. */
+	char export[PATH_MAX] = "";
+	const char *ex = emu ? strstr(emu, "export=") : NULL;
+	if (ex && (ex == emu || ex[-1] == ',' || ex[-1] == ' '))
+		snprintf(export, sizeof(export), "%.*s", (int)strcspn(ex + 7, ","), ex + 7);
+
+	if (!stats && !export[0]) {
 		unsetenv("PVRT_STATS_FILE");
 		execvp(argv[i], argv + i);
 		fprintf(stderr, "pvrt-run: cannot run %s: %s\n", argv[i], strerror(errno));
@@ -231,20 +240,26 @@ int main(int argc, char **argv)
 	}
 
 	char path[] = "/tmp/pvrt-run-stats.XXXXXX";
-	int fd = mkstemp(path);
-	if (fd < 0) {
-		fprintf(stderr, "pvrt-run: cannot create a statistics file: %s\n", strerror(errno));
-		return 127;
+	if (stats) {
+		int fd = mkstemp(path);
+		if (fd < 0) {
+			fprintf(stderr, "pvrt-run: cannot create a statistics file: %s\n",
+				strerror(errno));
+			return 127;
+		}
+		close(fd);
+		setenv("PVRT_STATS_FILE", path, 1);
+	} else {
+		unsetenv("PVRT_STATS_FILE");
 	}
-	close(fd);
-	setenv("PVRT_STATS_FILE", path, 1);
 	/* Like system(): the terminal's SIGINT/SIGQUIT are for PROGRAM; we report after it. */
 	signal(SIGINT, SIG_IGN);
 	signal(SIGQUIT, SIG_IGN);
 	pid_t pid = fork();
 	if (pid < 0) {
 		fprintf(stderr, "pvrt-run: fork: %s\n", strerror(errno));
-		unlink(path);
+		if (stats)
+			unlink(path);
 		return 127;
 	}
 	if (pid == 0) {
@@ -257,8 +272,13 @@ int main(int argc, char **argv)
 	int st;
 	while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
 		;
-	print_stats(path);
-	unlink(path);
+	if (stats) {
+		print_stats(path);
+		unlink(path);
+	}
+	struct stat est;
+	if (export[0] && !lstat(export, &est) && S_ISREG(est.st_mode) && est.st_uid == geteuid())
+		unlink(export);
 	if (WIFEXITED(st))
 		return WEXITSTATUS(st);
 	if (WIFSIGNALED(st))

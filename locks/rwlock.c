@@ -205,14 +205,14 @@ int pvrt_rwlock_wrlock(pvrt_rwlock_t *rw)
 int pvrt_rwlock_timedrdlock(pvrt_rwlock_t *rw, clockid_t clk, const struct timespec *abstime)
 {
 	/* glibc checks clock and timespec before anything else. */
-	if (!lk_valid_clock(clk) || !abstime || !lk_valid_timespec(abstime))
+	if (!lk_valid_clock(clk) || !abstime || !os_timespec_valid(abstime))
 		return -EINVAL;
 	return rdlock_common(rw, clk, abstime);
 }
 
 int pvrt_rwlock_timedwrlock(pvrt_rwlock_t *rw, clockid_t clk, const struct timespec *abstime)
 {
-	if (!lk_valid_clock(clk) || !abstime || !lk_valid_timespec(abstime))
+	if (!lk_valid_clock(clk) || !abstime || !os_timespec_valid(abstime))
 		return -EINVAL;
 	return wrlock_common(rw, clk, abstime);
 }

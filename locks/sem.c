@@ -66,7 +66,7 @@ static int sem_wait_common(pvrt_sem_t *s, clockid_t clk, const struct timespec *
 	while (lk_spin_more(&sp))
 		if (pvrt_sem_trywait(s) == 0)
 			return 0;
-	if (abs && !lk_valid_timespec(abs))
+	if (abs && !os_timespec_valid(abs))
 		return -EINVAL;
 	for (;;) {
 		if (pvrt_sem_trywait(s) == 0)

@@ -37,16 +37,15 @@ static void exit_key_create(void)
 	exit_key_ok = pthread_key_create(&exit_key, node_release) == 0;
 }
 
-/* In a fork child only the forking thread exists; a pool lock held by another is reset. The
- * nodes of the parent's other threads are not recycled (a bounded leak). */
-static void pool_atfork_child(void)
+/* In a fork child (called by the locks' child handler, after lk_fork_gen moved on) only the
+ * forking thread exists; a pool lock held by another is reset, and the forking thread's node
+ * joins the new generation. The nodes of the parent's other threads are not recycled (a bounded
+ * leak): they keep their generation, which tells spinners queued behind them (spinq.h). */
+void lk_spinq_atfork_child(void)
 {
 	pool_lock = 0;
-}
-
-__attribute__((constructor)) static void pool_atfork_register(void)
-{
-	pthread_atfork(NULL, NULL, pool_atfork_child);
+	if (lk_spinq_mine)
+		lk_spinq_mine->gen = lk_gen();
 }
 
 static struct pvrt_spinq_node *node_alloc(void)
@@ -63,6 +62,7 @@ static struct pvrt_spinq_node *node_alloc(void)
 			return NULL; /* the caller parks without spinning */
 		memset(n, 0, sizeof(*n));
 	}
+	n->gen = lk_gen();
 	/* Without the exit hook (no keys left) the node stays with the thread's memory slot for
 	 * good: never freed, so still type-stable. */
 	if (exit_key_ok)

@@ -26,9 +26,11 @@
  * a real call for that reason: a compiler may keep an inlined thread-local address across the
  * switch, and the ULT may resume on another worker).
  *
- * Fork: a node of a parent thread that was queued at fork() stays in that queue in the child
- * for good, owned by nobody. Spinners behind it spend their budget and park, so spinning on that
- * one mutex is lost in the child; nothing else is.
+ * Fork: a node of a parent thread that was queued at fork() stays in that queue in the child,
+ * owned by nobody. Each node carries the fork generation of its owner (lk_fork_gen; the child
+ * moves the forking thread's own node to the new one), so a spinner whose predecessor is of an
+ * older generation knows that nobody will ever hand it the head and takes it: the child spins
+ * on that mutex as on any other.
  *
  * Every queue operation is sequentially consistent, as the kernel's xchg/cmpxchg are fully
  * ordered: the node fields a thread writes before linking itself are visible to whoever reaches
@@ -50,6 +52,7 @@ struct pvrt_spinq_node {
 	uint32_t locked;	      /* set by the predecessor leaving: we are the head */
 	uint32_t vcpu1;		      /* our vCPU + 1 while queued (0 unknown): for the successor */
 	struct pvrt_spinq_node *pool; /* free-list link (spinq.c) */
+	uint32_t gen;		      /* its thread's fork generation (lk_fork_gen) */
 } __attribute__((aligned(64)));
 
 /* The calling kernel thread's node (allocated on first use); NULL when out of memory. Not
@@ -67,7 +70,7 @@ struct pvrt_spinq_node *lk_spinq_node(void);
 static inline void sq_handshake_pause(unsigned *polls)
 {
 	if (++*polls < 64)
-		pvrt_cpu_relax();
+		os_cpu_relax();
 	else
 		sched_yield();
 }
@@ -117,9 +120,12 @@ static inline bool lk_spinq_lock(struct pvrt_spinq_node **tail, struct pvrt_spin
 			return true;
 		/* Relaxed: the predecessor's vCPU is a hint; a stale value costs one decision. */
 		struct pvrt_spinq_node *p = SQ_LOAD_RELAXED(&n->prev);
+		/* A predecessor left by a parent thread at fork never moves: we are the head. */
+		if (lk_unlikely(SQ_LOAD_RELAXED(&p->gen) != lk_gen()))
+			return true;
 		if (give_up(arg) || lk_vcpu1_preempted(h, SQ_LOAD_RELAXED(&p->vcpu1)))
 			break;
-		pvrt_cpu_relax();
+		os_cpu_relax();
 	}
 
 	/* Step A: unlink from the predecessor, unless it is handing the head to us right now. */

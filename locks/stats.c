@@ -188,10 +188,13 @@ void pvrt_locks_stats_enable(bool on)
 	__atomic_store_n(&lk_stats_on, on ? 1 : 0, __ATOMIC_RELAXED);
 }
 
-int pvrt_locks_stats_get(enum pvrt_lock_class cls, struct pvrt_lock_stats *out)
+int pvrt_locks_stats_read(enum pvrt_lock_class cls, struct pvrt_lock_stats *out, size_t size)
 {
-	if ((unsigned)cls >= PVRT_LOCK_NCLASSES || !out)
+	if ((unsigned)cls >= PVRT_LOCK_NCLASSES || !out ||
+	    size < offsetof(struct pvrt_lock_stats, acquisitions))
 		return -EINVAL;
-	lk_stats_sum(cls, LK_SUM_ALL, out);
+	struct pvrt_lock_stats st = {0};
+	lk_stats_sum(cls, LK_SUM_ALL, &st);
+	out->size = (uint32_t)os_sized_out(out, size, &st, sizeof(st));
 	return 0;
 }

@@ -63,11 +63,11 @@
  */
 #define _GNU_SOURCE
 #include "emu.h"
+#include "pvrt_os.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <linux/futex.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -114,33 +114,32 @@ static pthread_key_t exit_key;
 static struct pvhint_emu *emu_list; /* every open emulator (glock), for fork_child */
 static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
+/* The futex in the emulator's terms: a relative timeout in ns (0: none); wake everyone. */
 static int futex_wait(uint32_t *addr, uint32_t val, uint64_t rel_ns)
 {
-	struct timespec ts = {(time_t)(rel_ns / 1000000000u), (long)(rel_ns % 1000000000u)};
+	struct timespec ts = {(time_t)(rel_ns / OS_NS_PER_SEC), (long)(rel_ns % OS_NS_PER_SEC)};
 
-	return (int)syscall(SYS_futex, addr, FUTEX_WAIT_PRIVATE, val, rel_ns ? &ts : NULL, NULL, 0);
+	return os_futex_wait(addr, val, rel_ns ? &ts : NULL);
 }
 
 static void futex_wake(uint32_t *addr)
 {
-	syscall(SYS_futex, addr, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+	os_futex_wake(addr, INT_MAX);
 }
 
-static inline void cpu_relax(void)
+/*
+ * A short sleep on an application thread. nanosleep and open are POSIX cancellation points, and
+ * the emulator's calls are not the application's: a deferred cancel pending on the thread must
+ * act at the application's next cancellation point, not inside a pthread_mutex_lock (or after the
+ * thread already returned from pthread_cond_wait, counting it both returned and cancelled).
+ */
+static void nap_ns(long ns)
 {
-#if defined(__x86_64__) || defined(__i386__)
-	__builtin_ia32_pause();
-#elif defined(__aarch64__)
-	__asm__ volatile("yield");
-#endif
+	int cs;
+
+	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cs);
+	nanosleep(&(struct timespec){0, ns}, NULL);
+	pthread_setcancelstate(cs, NULL);
 }
 
 static inline struct pvhint_emu *thr_emu(const struct emu_thr *t)
@@ -179,40 +178,20 @@ static void wait_hold(struct emu_thr *t);
 /*
  * The emulator's locks are its own futex mutexes, not pthread mutexes: under pvrt's preload
  * library pthread_mutex_lock is pvrt's mutex, whose slow path calls pvhint_thread_park(), which
- * takes these locks; an interposed lock here would recurse. Three states (Drepper): 0 free,
- * 1 locked, 2 locked with possible waiters. Acquire on taking, release on dropping: they order
- * the protected data (and TSan sees the happens-before through the atomics).
+ * takes these locks; an interposed lock here would recurse. They are the OS layer's three-state
+ * lock (os/pvrt_os.h), sleeping in the kernel at once (no spinning). Taken and dropped on a
+ * thread that may be attached (see emu_in_lock).
  */
-static void mutex_lock(uint32_t *m)
-{
-	uint32_t c = 0;
-	if (__atomic_compare_exchange_n(m, &c, 1, false, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
-		return;
-	if (c != 2)
-		c = __atomic_exchange_n(m, 2, __ATOMIC_ACQUIRE);
-	while (c != 0) {
-		futex_wait(m, 2, 0); /* EINTR/EAGAIN: retry */
-		c = __atomic_exchange_n(m, 2, __ATOMIC_ACQUIRE);
-	}
-}
-
-static void mutex_unlock(uint32_t *m)
-{
-	if (__atomic_exchange_n(m, 0, __ATOMIC_RELEASE) == 2)
-		syscall(SYS_futex, m, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
-}
-
-/* Take/drop glock or an emulator lock on a thread that may be attached (see emu_in_lock). */
 static void lock_enter(uint32_t *m)
 {
 	emu_in_lock++;
 	__atomic_signal_fence(__ATOMIC_SEQ_CST); /* the handler sees it before we may block */
-	mutex_lock(m);
+	os_lock(m, 0);
 }
 
 static void lock_leave(uint32_t *m)
 {
-	mutex_unlock(m);
+	os_unlock(m);
 	__atomic_signal_fence(__ATOMIC_SEQ_CST);
 	if (--emu_in_lock)
 		return;
@@ -230,7 +209,7 @@ static void lock_leave(uint32_t *m)
 static void kick_ctl(struct pvhint_emu *e)
 {
 	__atomic_fetch_add(&e->kick, 1, __ATOMIC_RELAXED); /* ordered by the lock release */
-	syscall(SYS_futex, &e->kick, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+	os_futex_wake(&e->kick, 1);
 }
 
 /*
@@ -306,7 +285,7 @@ static void stop_handler(int sig, siginfo_t *si, void *ucv)
 			if (!noted && interrupted_eintr(ucv))
 				__atomic_fetch_add(&t->eintr, 1, __ATOMIC_RELAXED);
 			noted = true;
-			uint64_t t0 = now_ns();
+			uint64_t t0 = os_now_ns();
 			/* The ack: the control side waits on 'state' leaving STOPREQ. */
 			__atomic_store_n(&t->state, THR_STOPPED, __ATOMIC_SEQ_CST);
 			futex_wake(&t->state);
@@ -314,7 +293,7 @@ static void stop_handler(int sig, siginfo_t *si, void *ucv)
 			 */
 			while (__atomic_load_n(&t->hold, __ATOMIC_ACQUIRE))
 				futex_wait(&t->hold, 1, 0); /* EINTR/EAGAIN: re-check */
-			__atomic_fetch_add(&t->stopped_ns, now_ns() - t0, __ATOMIC_RELAXED);
+			__atomic_fetch_add(&t->stopped_ns, os_now_ns() - t0, __ATOMIC_RELAXED);
 			__atomic_fetch_add(&t->stops, 1, __ATOMIC_RELAXED);
 			__atomic_store_n(&t->state, after, __ATOMIC_SEQ_CST);
 		}
@@ -385,7 +364,7 @@ static void sig_put(void)
 	 * keeps it queued: then the (harmless) handler stays installed.
 	 */
 	for (int i = 0; i < 200 && __atomic_load_n(&inflight, __ATOMIC_ACQUIRE); i++)
-		nanosleep(&(struct timespec){0, 1000000}, NULL);
+		nap_ns(1000000);
 	if (!__atomic_load_n(&inflight, __ATOMIC_ACQUIRE))
 		sigaction(sig_no, &sig_old, NULL);
 	else
@@ -503,7 +482,7 @@ static bool send_stop(struct pvhint_emu *e, struct emu_vcpu *vc, struct emu_thr 
 	si.si_pid = getpid();
 	si.si_uid = getuid();
 	si.si_value.sival_ptr = (void *)&stop_cookie;
-	t->stop_sent = now_ns();
+	t->stop_sent = os_now_ns();
 	__atomic_fetch_add(&inflight, 1, __ATOMIC_RELAXED); /* before the handler can run */
 	if (syscall(SYS_rt_tgsigqueueinfo, getpid(), t->tid, sig_no, &si)) {
 		__atomic_fetch_sub(&inflight, 1, __ATOMIC_RELAXED);
@@ -518,7 +497,7 @@ static bool send_stop(struct pvhint_emu *e, struct emu_vcpu *vc, struct emu_thr 
 /* Wait (bounded) until every thread of vc that was sent the signal acknowledged it. */
 static void wait_acks(struct pvhint_emu *e, struct emu_vcpu *vc)
 {
-	uint64_t start = now_ns(), deadline = start + e->c.ack_timeout;
+	uint64_t start = os_now_ns(), deadline = start + e->c.ack_timeout;
 
 	for (struct emu_thr *t = vc->threads; t; t = t->next) {
 		/*
@@ -527,13 +506,13 @@ static void wait_acks(struct pvhint_emu *e, struct emu_vcpu *vc)
 		 * stop.
 		 */
 		while (__atomic_load_n(&t->state, __ATOMIC_ACQUIRE) == THR_STOPREQ &&
-		       now_ns() - start < 30000)
-			cpu_relax();
+		       os_now_ns() - start < 30000)
+			os_cpu_relax();
 		for (;;) {
 			/* acquire: pairs with the handler's ack store */
 			if (__atomic_load_n(&t->state, __ATOMIC_ACQUIRE) != THR_STOPREQ)
 				break;
-			uint64_t now = now_ns();
+			uint64_t now = os_now_ns();
 			if (now >= deadline) {
 				/*
 				 * The thread blocks the signal or is starved. Give up on it for now
@@ -627,9 +606,10 @@ static bool poll_kblocked(struct pvhint_emu *e)
  */
 static bool sample_wanted(const struct emu_thr *t, const struct emu_vcpu *vc)
 {
-	/* parked, or stopping/stopped: known; signalled threads of held vCPUs: runnable */
-	return __atomic_load_n(&t->state, __ATOMIC_SEQ_CST) == THR_RUN &&
-	       (!vc->desched || t->ksleep);
+	uint32_t s = __atomic_load_n(&t->state, __ATOMIC_SEQ_CST);
+	/* parked, or stopping/stopped: known; signalled threads of held vCPUs: runnable. A
+	 * stopped thread last seen asleep is re-read once: see sample_threads. */
+	return (s == THR_RUN && (!vc->desched || t->ksleep)) || (s == THR_STOPPED && t->ksleep);
 }
 
 static void sample_threads(struct pvhint_emu *e)
@@ -639,6 +619,16 @@ static void sample_threads(struct pvhint_emu *e)
 		for (struct emu_thr *t = vc->threads; t; t = t->next) {
 			if (!sample_wanted(t, vc))
 				continue;
+			/*
+			 * Stopped in the handler after it was seen asleep: the signal landed late
+			 * (the thread had it blocked, or a sanitizer deferred it until the thread
+			 * woke). It waits for its turn now, so its vCPU is runnable; a stale
+			 * 'asleep' would keep the vCPU halted, never scheduled, never released.
+			 */
+			if (__atomic_load_n(&t->state, __ATOMIC_SEQ_CST) == THR_STOPPED) {
+				set_ksleep(e, vc, t, false);
+				continue;
+			}
 			if (vc->desched) {
 				send_stop(e, vc, t); /* re-reads the state; stops it if it woke */
 				continue;
@@ -822,7 +812,7 @@ static void *control_main(void *arg)
 	lock_enter(&e->lock);
 	unsigned resteps = 0;
 	while (!e->exiting) {
-		uint64_t now = now_ns(), next;
+		uint64_t now = os_now_ns(), next;
 		e->dirty = false;
 		switch (e->c.mode) {
 		case EMU_SLICE:
@@ -838,7 +828,7 @@ static void *control_main(void *arg)
 			next = step_random(e, now);
 			break;
 		}
-		now = now_ns();
+		now = os_now_ns();
 		if (e->khalt) {
 			if (now >= e->next_sample) {
 				e->next_sample = now + e->c.ksleep;
@@ -1033,7 +1023,7 @@ int pvhint__emu_open(struct pvhint_impl *im, const char *spec, const char *label
 		goto fail_mem;
 	}
 	e->rec = pvhint__rec_w(im);
-	e->t0 = e->last_flush = now_ns();
+	e->t0 = e->last_flush = os_now_ns();
 	e->rng = c.seed ? c.seed : 0x9E3779B97F4A7C15ull;
 
 	e->im = im;
@@ -1177,7 +1167,7 @@ static void thr_release(struct emu_thr *t)
 		vc->gone_eintr += __atomic_load_n(&t->eintr, __ATOMIC_RELAXED);
 		__atomic_store_n(&t->emu, NULL, __ATOMIC_RELAXED);
 		__atomic_store_n(&t->hold, 0, __ATOMIC_SEQ_CST); /* a pending signal won't block */
-		publish(e, now_ns());
+		publish(e, os_now_ns());
 		kick_ctl(e);
 		lock_leave(&e->lock);
 	}
@@ -1189,8 +1179,15 @@ static void thr_release(struct emu_thr *t)
 	emu_self = NULL;
 	__atomic_signal_fence(__ATOMIC_SEQ_CST);
 	pvhint_tls_vcpu = -1;
-	if (t->statfd >= 0)
+	if (t->statfd >= 0) {
+		/* close is a cancellation point (see nap_ns); this runs also in a key destructor
+		 * after the thread returned, where acting on a pending cancel would replace the
+		 * thread's result with PTHREAD_CANCELED. */
+		int cs;
+		pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cs);
 		close(t->statfd);
+		pthread_setcancelstate(cs, NULL);
+	}
 	free(t);
 }
 
@@ -1244,7 +1241,10 @@ int pvhint_emu_attach(pvhint_t *h, unsigned v)
 	t->tid = (pid_t)syscall(SYS_gettid);
 	t->vcpu = v;
 	t->state = THR_RUN;
+	int cs; /* open is a cancellation point: see nap_ns */
+	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cs);
 	t->statfd = open("/proc/thread-self/stat", O_RDONLY | O_CLOEXEC);
+	pthread_setcancelstate(cs, NULL);
 	pthread_once(&key_once, make_key);
 	if (exit_key != (pthread_key_t)-1)
 		pthread_setspecific(exit_key, t);
@@ -1261,7 +1261,7 @@ int pvhint_emu_attach(pvhint_t *h, unsigned v)
 	e->vc[v].nr_att++;
 	if (e->vc[v].desched && e->c.mode != EMU_RANDOM)
 		t->hold = 1; /* joining a held vCPU: wait for its turn below */
-	publish(e, now_ns());
+	publish(e, os_now_ns());
 	kick_ctl(e);
 	lock_leave(&e->lock);
 	lock_leave(&glock);
@@ -1321,14 +1321,14 @@ void pvhint__emu_park(struct pvhint_impl *im)
 		 * ack_timeout, so this ends. A short sleep rather than sched_yield: any return from
 		 * the kernel delivers the signal, and TSan delivers it only in calls it intercepts.
 		 */
-		nanosleep(&(struct timespec){0, 1000}, NULL);
+		nap_ns(1000);
 	}
 	struct emu_vcpu *vc = &e->vc[t->vcpu];
 	bool was = runnable(e, vc);
 	set_ksleep(e, vc, t, false); /* it runs (this code): a stale sample */
 	vc->nr_parked++;
 	if (was && !runnable(e, vc)) { /* the vCPU halts: flags change, pCPU may go */
-		publish(e, now_ns());
+		publish(e, os_now_ns());
 		kick_ctl(e);
 	}
 	lock_leave(&e->lock);
@@ -1349,7 +1349,7 @@ void pvhint__emu_unpark(struct pvhint_impl *im)
 		__atomic_store_n(&t->state, THR_RUN, __ATOMIC_SEQ_CST);
 		vc->nr_parked--;
 		if (!was && runnable(e, vc)) { /* the vCPU wakes from halt */
-			publish(e, now_ns());
+			publish(e, os_now_ns());
 			kick_ctl(e);
 		}
 	}
@@ -1378,7 +1378,7 @@ int pvhint_emu_deschedule(pvhint_t *h, unsigned v, uint64_t ns)
 		return pvhint__fail(-EDEADLK, "pvhint_emu_deschedule: the caller runs on vCPU %u",
 				    v);
 	lock_enter(&e->lock);
-	uint64_t now = now_ns();
+	uint64_t now = os_now_ns();
 	stop_vcpu(e, v, now);
 	e->vc[v].until = ns ? now + ns : 0;
 	kick_ctl(e); /* timed resume, kblocked polling */
@@ -1399,7 +1399,7 @@ int pvhint_emu_resume(pvhint_t *h, unsigned v)
 	if (v >= e->c.vcpus)
 		return pvhint__fail(-EINVAL, "pvhint_emu_resume: vCPU %u out of range", v);
 	lock_enter(&e->lock);
-	run_vcpu(e, v, now_ns());
+	run_vcpu(e, v, os_now_ns());
 	lock_leave(&e->lock);
 	return 0;
 }

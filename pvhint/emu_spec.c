@@ -17,7 +17,8 @@ int pvhint__parse_ns(const char *s, uint64_t *out)
 		return -EINVAL;
 	errno = 0;
 	double v = strtod(s, &end);
-	if (errno || end == s || v < 0)
+	/* !(v >= 0) also rejects nan, whose conversion to an integer is undefined. */
+	if (errno || end == s || !(v >= 0))
 		return -EINVAL;
 	double mul;
 	if (!*end || !strcmp(end, "ns"))
@@ -30,7 +31,7 @@ int pvhint__parse_ns(const char *s, uint64_t *out)
 		mul = 1e9;
 	else
 		return -EINVAL;
-	if (v * mul > 1e15) /* about 11 days: anything longer is a typo */
+	if (!(v * mul <= 1e15)) /* about 11 days: anything longer is a typo; inf too */
 		return -EINVAL;
 	*out = (uint64_t)(v * mul + 0.5);
 	return 0;
@@ -145,9 +146,10 @@ int pvhint__emu_parse(const char *spec, const char *label, struct emu_conf *c)
 		} else if (!strcmp(kv, "seed")) {
 			char *end;
 			errno = 0;
+			/* strtoull would take "-1" (and " -1") as 2^64 - 1. */
 			c->seed = strtoull(val, &end, 0);
-			if (errno || end == val || *end)
-				want = "an integer";
+			if (errno || end == val || *end || val[0] < '0' || val[0] > '9')
+				want = "an integer >= 0";
 		} else if (!strcmp(kv, "signal")) {
 			if (parse_signal(val, &c->sig))
 				want = "a real-time signal: rtmin+K, rtmax-K or its number";
@@ -174,6 +176,15 @@ int pvhint__emu_parse(const char *spec, const char *label, struct emu_conf *c)
 	if (err)
 		return err;
 done:
+	if (c->pcpus > c->vcpus)
+		return pvhint__fail(-EINVAL, "%s: pcpus=%u exceeds vcpus=%u (want pcpus <= vcpus)",
+				    label, c->pcpus, c->vcpus);
+	/* At duty 1 the neighbour takes every pCPU for good: no vCPU ever runs again. */
+	if (c->mode == EMU_NOISY && c->duty >= 1)
+		return pvhint__fail(-EINVAL,
+				    "%s: duty=%g with mode=noisy never lets a vCPU run (want 0..1, "
+				    "below 1)",
+				    label, c->duty);
 	if (!c->pcpus || c->mode == EMU_NOISY)
 		c->pcpus = c->vcpus; /* noisy: every vCPU shares its own pCPU with the neighbour */
 	return 0;

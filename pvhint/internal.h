@@ -10,6 +10,7 @@
 
 #include <pvrt/pvhint.h>
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -47,6 +48,9 @@ uint32_t pvhint__affinity_cpus(void);
 /* Sources. Each fills im (map, hdr) or returns a negative errno with the message set. */
 int pvhint__none_open(struct pvhint_impl *im);
 int pvhint__kvm_open(struct pvhint_impl *im, const char *path);
+/* The kvm source's header checks (src_kvm.c): 0 and the length to map, or an error. */
+int pvhint__page_check(const struct pvhint_header *h, const char *path, size_t pg, bool is_file,
+		       size_t file_size, size_t *len);
 int pvhint__emu_open(struct pvhint_impl *im, const char *spec, const char *label);
 void pvhint__emu_close(struct pvhint_impl *im);
 void pvhint__emu_park(struct pvhint_impl *im);

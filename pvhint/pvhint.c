@@ -14,7 +14,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdbool.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /*
@@ -58,37 +60,104 @@ uint32_t pvhint__affinity_cpus(void)
 	return pvhint__possible_cpus();
 }
 
+/*
+ * export= files: created under a temporary name (O_EXCL, never an existing file, never through a
+ * symbolic link), filled, then linked to the path, which must not exist (link(2) neither
+ * replaces nor follows). Removed at close, and at exit by the process that created them (a
+ * forked child's emulator is inert and has no export: see emu.c's fork_child).
+ */
+struct export_ent {
+	struct export_ent *next;
+	pid_t pid;
+	char path[sizeof(((struct pvhint_impl *)0)->export_path)];
+};
+static pthread_mutex_t export_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct export_ent *exports;
+
+static void export_forget(const char *path, bool remove)
+{
+	pthread_mutex_lock(&export_lock);
+	for (struct export_ent **pp = &exports, *e; (e = *pp); pp = &e->next) {
+		if (e->pid == getpid() && !strcmp(e->path, path)) {
+			if (remove)
+				unlink(e->path);
+			*pp = e->next;
+			free(e);
+			break;
+		}
+	}
+	pthread_mutex_unlock(&export_lock);
+}
+
+__attribute__((destructor)) static void export_atexit(void)
+{
+	/* No lock: exit runs destructors on one thread; entries of a parent stay (pid). */
+	for (struct export_ent *e = exports; e; e = e->next)
+		if (e->pid == getpid())
+			unlink(e->path);
+}
+
+static int export_create(const char *path, size_t len, char *tmp, size_t tmpsz, void **map)
+{
+	if ((size_t)snprintf(tmp, tmpsz, "%s.XXXXXX", path) >= tmpsz)
+		return pvhint__fail(-ENAMETOOLONG, "%s: path too long", path);
+	int fd = mkostemp(tmp, O_CLOEXEC);
+	if (fd < 0)
+		return pvhint__fail(-errno, "cannot create a file beside %s: %s", path,
+				    strerror(errno));
+	int e = 0;
+	/* Readable by all (watchers of other users), writable by us only: nobody else can
+	 * truncate it under the mapping (which would kill us with SIGBUS). */
+	if (fchmod(fd, 0644) || ftruncate(fd, (off_t)len))
+		e = errno;
+	void *p = e ? MAP_FAILED : mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (!e && p == MAP_FAILED)
+		e = errno;
+	close(fd);
+	if (e) {
+		unlink(tmp);
+		return pvhint__fail(-e, "cannot size or map %s: %s", tmp, strerror(e));
+	}
+	*map = p;
+	return 0;
+}
+
+/* Make the filled temporary file visible at path; it must not exist. */
+static int export_publish(const char *tmp, const char *path)
+{
+	int r = link(tmp, path) ? -errno : 0;
+	unlink(tmp);
+	if (r == -EEXIST)
+		return pvhint__fail(
+		    r, "%s exists (an export never replaces a file: remove it first)", path);
+	if (r)
+		return pvhint__fail(r, "cannot create %s: %s", path, strerror(-r));
+	struct export_ent *e = calloc(1, sizeof(*e));
+	if (e) {
+		e->pid = getpid();
+		snprintf(e->path, sizeof(e->path), "%s", path);
+		pthread_mutex_lock(&export_lock);
+		e->next = exports;
+		exports = e;
+		pthread_mutex_unlock(&export_lock);
+	}
+	return 0;
+}
+
 int pvhint__page_alloc(struct pvhint_impl *im, unsigned source, uint32_t nr, uint32_t valid,
 		       const char *export_path)
 {
 	size_t pg = (size_t)sysconf(_SC_PAGESIZE);
 	size_t len = PVHINT_HEADER_SIZE + (((size_t)nr * PVHINT_RECORD_SIZE + pg - 1) & ~(pg - 1));
-	void *p;
+	void *p = NULL;
+	char tmp[sizeof(im->export_path) + 8];
 
 	if (export_path) {
-		/*
-		 * A file laid out like the kernel's page, so that other processes can read these
-		 * hints with the kvm source (PVRT_HINT_DEV=path). Written only by this process;
-		 * removed at close.
-		 */
-		int fd = open(export_path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-		if (fd < 0)
-			return pvhint__fail(-errno, "cannot create %s: %s", export_path,
-					    strerror(errno));
-		if (ftruncate(fd, (off_t)len)) {
-			int e = errno;
-			close(fd);
-			unlink(export_path);
-			return pvhint__fail(-e, "cannot size %s: %s", export_path, strerror(e));
-		}
-		p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-		close(fd);
-		if (p == MAP_FAILED) {
-			int e = errno;
-			unlink(export_path);
-			return pvhint__fail(-e, "cannot map %s: %s", export_path, strerror(e));
-		}
-		snprintf(im->export_path, sizeof(im->export_path), "%s", export_path);
+		/* A file laid out like the kernel's page, so that other processes can read these
+		 * hints with the kvm source (PVRT_HINT_DEV=path). Written only by this process. */
+		int err = export_create(export_path, len, tmp, sizeof(tmp), &p);
+		if (err)
+			return err;
 	} else {
 		p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 		if (p == MAP_FAILED)
@@ -104,6 +173,14 @@ int pvhint__page_alloc(struct pvhint_impl *im, unsigned source, uint32_t nr, uin
 	hdr->valid = valid;
 	/* release: a reader of an exported page that sees the magic sees the header */
 	__atomic_store_n(&hdr->magic, PVHINT_MAGIC, __ATOMIC_RELEASE);
+	if (export_path) {
+		int err = export_publish(tmp, export_path);
+		if (err) {
+			munmap(p, len);
+			return err;
+		}
+		snprintf(im->export_path, sizeof(im->export_path), "%s", export_path);
+	}
 	im->map = p;
 	im->map_len = len;
 	im->hdr = hdr;
@@ -117,7 +194,7 @@ void pvhint__page_free(struct pvhint_impl *im)
 		munmap(im->map, im->map_len);
 	im->map = NULL;
 	if (im->export_path[0])
-		unlink(im->export_path);
+		export_forget(im->export_path, true);
 	im->export_path[0] = 0;
 }
 
@@ -132,17 +209,20 @@ int pvhint_open(const struct pvhint_options *opts, pvhint_t **out)
 	if (!out)
 		return pvhint__fail(-EINVAL, "pvhint_open: out is NULL");
 	*out = NULL;
+	/* secure_getenv: a setuid or otherwise AT_SECURE program reads no PVRT_* variable, or an
+	 * unprivileged caller could steer it (export= writes files, PVRT_HINT_DEV maps them). */
 	if (!src) {
-		src = getenv("PVRT_HINTS");
+		src = secure_getenv("PVRT_HINTS");
 		what = "PVRT_HINTS";
 	}
 	if (!src || !*src)
 		src = "auto";
 
-	const char *kvm_path = opts && opts->kvm_path ? opts->kvm_path : getenv("PVRT_HINT_DEV");
+	const char *kvm_path =
+	    opts && opts->kvm_path ? opts->kvm_path : secure_getenv("PVRT_HINT_DEV");
 	if (!kvm_path || !*kvm_path)
 		kvm_path = PVHINT_DEV_PATH;
-	const char *spec = opts && opts->emu ? opts->emu : getenv("PVRT_EMU");
+	const char *spec = opts && opts->emu ? opts->emu : secure_getenv("PVRT_EMU");
 	const char *spec_label = opts && opts->emu ? "emulator spec" : "PVRT_EMU";
 
 	pvhint_t *h = calloc(1, sizeof(*h));

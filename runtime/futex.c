@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * pvrt_futex: kernel-futex semantics for ULTs and threads alike (see futex.h).
+ * rt_futex: kernel-futex semantics for ULTs and threads alike (see futex.h).
  *
  * Waiters queue in one of PVRT_FUTEX_BUCKETS hash buckets keyed by address; the waiter record
  * lives on the waiter's own stack (a blocked ULT's stack stays put, so no allocation). Each
@@ -8,7 +8,7 @@
  *
  * No lost wake-ups. A waiter takes the bucket lock, compares *addr with 'expected' and queues
  * itself while holding the lock; a waker first changes *addr (its own business, before calling
- * pvrt_futex_wake), then takes the lock to dequeue waiters. Either the waker's lock section
+ * rt_futex_wake), then takes the lock to dequeue waiters. Either the waker's lock section
  * comes first, so its store to *addr happened before our comparison and we return -EAGAIN, or
  * ours does, so the waker finds us queued. A ULT keeps holding the bucket lock until it has
  * switched away (the lock is released by the next context as the switch's post action), so a
@@ -27,13 +27,11 @@
 
 #include <errno.h>
 #include <limits.h>
-#include <linux/futex.h>
 #include <pthread.h>
 #include <stddef.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
-#define PVRT_FUTEX_BUCKETS 512u
+#define PVRT_FUTEX_BUCKETS_SHIFT 9
+#define PVRT_FUTEX_BUCKETS	 (1u << PVRT_FUTEX_BUCKETS_SHIFT)
 
 struct waiter {
 	struct waiter *next, *prev;
@@ -42,7 +40,7 @@ struct waiter {
 	uint32_t word;	      /* thread waiters: 0 waiting, 1 woken */
 	int result;	      /* ULT waiters: 0, or -ETIMEDOUT set by the timer */
 	uint32_t vcpu1;	      /* thread waiters: the vCPU + 1 it waited on; 0 unknown */
-	uint8_t skipped;      /* times pvrt_futex_wake_hinted passed it over */
+	uint8_t skipped;      /* times rt_futex_wake_hinted passed it over */
 	bool queued;	      /* under the bucket lock */
 	struct pvrt_timer timer;
 };
@@ -74,7 +72,7 @@ static struct bucket *bucket_of(const uint32_t *addr)
 {
 	uint64_t a = (uint64_t)(uintptr_t)addr;
 	/* Fibonacci hashing of the word address. */
-	return &buckets[((a >> 2) * 0x9E3779B97F4A7C15ull) >> (64 - 9)];
+	return &buckets[((a >> 2) * 0x9E3779B97F4A7C15ull) >> (64 - PVRT_FUTEX_BUCKETS_SHIFT)];
 }
 
 static void enqueue(struct bucket *b, struct waiter *w)
@@ -100,48 +98,6 @@ static void dequeue(struct bucket *b, struct waiter *w)
 	else
 		b->last = w->prev;
 	w->queued = false;
-}
-
-static bool valid_timespec(const struct timespec *ts)
-{
-	return ts->tv_sec >= 0 && ts->tv_nsec >= 0 && ts->tv_nsec < 1000000000L;
-}
-
-void pvrt_lock_slow(struct pvrt_lock *l)
-{
-	for (int i = 0; i < PVRT_LOCK_SPINS; i++) {
-		pvrt_cpu_relax();
-		uint32_t z = 0;
-		if (__atomic_load_n(&l->v, __ATOMIC_RELAXED) == 0 &&
-		    __atomic_compare_exchange_n(&l->v, &z, 1, 0, __ATOMIC_ACQUIRE,
-						__ATOMIC_RELAXED))
-			return;
-	}
-	/* Mark contended (2) and sleep until the holder's release wakes us. */
-	int saved = errno; /* callers include interposed pthread functions */
-	while (__atomic_exchange_n(&l->v, 2, __ATOMIC_ACQUIRE) != 0)
-		syscall(SYS_futex, &l->v, FUTEX_WAIT | FUTEX_PRIVATE_FLAG, 2, NULL, NULL, 0);
-	errno = saved;
-}
-
-/* The kernel futex, errno preserved; returns 0, -EAGAIN, -ETIMEDOUT or -EINTR. */
-static int kwait(uint32_t *addr, uint32_t val, clockid_t clk, const struct timespec *abstime)
-{
-	int op = FUTEX_WAIT_BITSET | FUTEX_PRIVATE_FLAG;
-	if (clk == CLOCK_REALTIME)
-		op |= FUTEX_CLOCK_REALTIME;
-	int saved = errno;
-	long r = syscall(SYS_futex, addr, op, val, abstime, NULL, FUTEX_BITSET_MATCH_ANY);
-	int err = r == 0 ? 0 : errno;
-	errno = saved;
-	return -err;
-}
-
-static void kwake(uint32_t *addr, int n)
-{
-	int saved = errno;
-	syscall(SYS_futex, addr, FUTEX_WAKE | FUTEX_PRIVATE_FLAG, n, NULL, NULL, 0);
-	errno = saved;
 }
 
 /* Saturates: a deadline centuries away must not wrap into the past. */
@@ -187,7 +143,7 @@ static int ult_wait(struct pvrt_ult *self, uint32_t *addr, uint32_t expected, cl
 	if (abstime) {
 		/* Deadlines on CLOCK_REALTIME become monotonic now; later clock jumps are not
 		 * followed (a documented difference from the kernel futex). */
-		uint64_t now = pvrt_now_ns(), dl;
+		uint64_t now = os_now_ns(), dl;
 		if (clk == CLOCK_REALTIME) {
 			struct timespec rt;
 			clock_gettime(CLOCK_REALTIME, &rt);
@@ -204,7 +160,7 @@ static int ult_wait(struct pvrt_ult *self, uint32_t *addr, uint32_t expected, cl
 		/* Added on our worker, which cannot run its timers before we have switched away.
 		 * Out of memory for the timer: return as a spurious wake-up (the caller re-checks
 		 * and waits again until the deadline passes) rather than block with no timeout. */
-		if (pvrt_timer_add(pvrt_tls_worker, &wr.timer))
+		if (pvrt_timer_add(rt_tls_worker, &wr.timer))
 			return 0;
 	}
 	pvrt_lock_acquire(&b->lock);
@@ -240,7 +196,7 @@ static int thread_wait(uint32_t *addr, uint32_t expected, clockid_t clk,
 	enqueue(b, &wr);
 	pvrt_lock_release(&b->lock);
 	for (;;) {
-		int r = kwait(&wr.word, 0, clk, abstime);
+		int r = os_futex_wait_abs(&wr.word, 0, clk, abstime);
 		/* Acquire pairs with the waker's release store: its earlier writes are visible. */
 		if (__atomic_load_n(&wr.word, __ATOMIC_ACQUIRE))
 			return 0;
@@ -251,23 +207,25 @@ static int thread_wait(uint32_t *addr, uint32_t expected, clockid_t clk,
 				dequeue(b, &wr);
 			pvrt_lock_release(&b->lock);
 			if (mine)
-				return r == -ETIMEDOUT ? -ETIMEDOUT : r;
+				return r; /* -ETIMEDOUT, or the kernel's error */
 			/* A waker dequeued us and is about to store 1: wait for it. */
 			while (!__atomic_load_n(&wr.word, __ATOMIC_ACQUIRE))
-				kwait(&wr.word, 0, CLOCK_MONOTONIC, NULL);
+				os_futex_wait_abs(&wr.word, 0, CLOCK_MONOTONIC, NULL);
 			return 0;
 		}
 	}
 }
 
-int pvrt_futex_wait(uint32_t *addr, uint32_t expected, clockid_t clk,
-		    const struct timespec *abstime)
+int rt_futex_wait(uint32_t *addr, uint32_t expected, clockid_t clk, const struct timespec *abstime)
 {
 	if (clk != CLOCK_REALTIME && clk != CLOCK_MONOTONIC)
 		return -EINVAL;
-	if (abstime && !valid_timespec(abstime))
+	if (abstime && !os_timespec_valid(abstime))
 		return -EINVAL;
-	struct pvrt_ult *self = pvrt_ult_current();
+	/* Before every epoch: already passed (POSIX; the kernel would say EINVAL). */
+	if (abstime && os_timespec_past(abstime))
+		return __atomic_load_n(addr, __ATOMIC_RELAXED) != expected ? -EAGAIN : -ETIMEDOUT;
+	struct pvrt_ult *self = rt_ult_current();
 	if (self)
 		return ult_wait(self, addr, expected, clk, abstime);
 	return thread_wait(addr, expected, clk, abstime);
@@ -285,11 +243,11 @@ static void wake_one(struct waiter *wr)
 		 * record may be gone; a kernel wake on a dead address is harmless (at worst a
 		 * spurious wake-up, which every waiter tolerates). */
 		__atomic_store_n(word, 1, __ATOMIC_RELEASE);
-		kwake(word, 1);
+		os_futex_wake(word, 1);
 	}
 }
 
-int pvrt_futex_wake(uint32_t *addr, int n)
+int rt_futex_wake(uint32_t *addr, int n)
 {
 	if (n <= 0)
 		return 0;
@@ -316,30 +274,18 @@ int pvrt_futex_wake(uint32_t *addr, int n)
 	return cnt;
 }
 
-int pvrt_futex_wake_hinted(uint32_t *addr, const pvhint_t *h)
+int rt_futex_wake_hinted(uint32_t *addr, const pvhint_t *h)
 {
 	if (!(h->valid & (PVHINT_VALID_PREEMPTED | PVHINT_VALID_IS_IDLE)))
-		return pvrt_futex_wake(addr, 1); /* nothing to choose by */
+		return rt_futex_wake(addr, 1); /* nothing to choose by */
 	struct bucket *b = bucket_of(addr);
-	struct waiter *best = NULL;
-	int best_rank = -1, seen = 0;
+	struct rt_wake_pick pick;
+	rt_wake_pick_init(&pick);
 	pvrt_lock_acquire(&b->lock);
-	for (struct waiter *wr = b->first; wr && seen < PVRT_FUTEX_PICK_SCAN; wr = wr->next) {
-		if (wr->addr != addr)
-			continue;
-		seen++;
-		if (wr->skipped >= PVRT_FUTEX_MAX_SKIPS) {
-			best = wr; /* the fairness bound: it goes first */
+	for (struct waiter *wr = b->first; wr; wr = wr->next)
+		if (wr->addr == addr && !rt_wake_pick_offer(&pick, h, wr, wr->vcpu1, wr->skipped))
 			break;
-		}
-		int r = pvrt_wake_rank(h, wr->vcpu1);
-		if (r > best_rank) {
-			best = wr;
-			best_rank = r;
-			if (r == 2)
-				break;
-		}
-	}
+	struct waiter *best = pick.best;
 	if (best) {
 		/* Older waiters passed over: count it, for the bound. */
 		for (struct waiter *wr = b->first; wr != best; wr = wr->next)
@@ -354,7 +300,7 @@ int pvrt_futex_wake_hinted(uint32_t *addr, const pvhint_t *h)
 	return 1;
 }
 
-int pvrt_futex_nr_waiters(const uint32_t *addr)
+int rt_futex_nr_waiters(const uint32_t *addr)
 {
 	struct bucket *b = bucket_of(addr);
 	int n = 0;

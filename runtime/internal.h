@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Runtime internals shared by the runtime's C files, and (hidden symbols) by locks/ and sched/.
- * See README.md in this folder for the design.
+ * Runtime internals shared by the runtime's C files only (locks/ sees wait.h, sched/ its own
+ * pvrt_sched.h). See README.md in this folder for the design.
  */
 #ifndef PVRT_RUNTIME_INTERNAL_H
 #define PVRT_RUNTIME_INTERNAL_H
@@ -13,8 +13,10 @@
 #include "arch/ctx.h"
 #include "futex.h"
 #include "lock.h"
+#include "pvrt_os.h"
 #include "san.h"
 #include "tls.h"
+#include "wait.h"
 #include "pvrt_sched.h"
 
 #include <pvrt/key.h>
@@ -37,7 +39,6 @@
 
 #define PVRT_CACHELINE 64
 #define PVRT_ALIGNED   __attribute__((aligned(PVRT_CACHELINE)))
-#define PVRT_HIDDEN    __attribute__((visibility("hidden")))
 #define likely(x)      __builtin_expect(!!(x), 1)
 #define unlikely(x)    __builtin_expect(!!(x), 0)
 
@@ -88,7 +89,10 @@ struct pvrt_ult {
 	size_t guard;	  /* guard bytes at the bottom of the mapping */
 	void *tp;	  /* own thread pointer (TCB, tls.c), NULL: the worker's */
 	uint64_t sigmask; /* with own TLS: its signal mask, loaded when it runs (kernel sigset) */
+	void *stack_top;  /* with own TLS: the stack's end, below the TLS blocks */
 	unsigned vg_id;
+	void *fresh_sp; /* until the first run (ctx.sp NULL): the initial frame's sp in 'frame' */
+	_Alignas(16) unsigned char frame[PVRT_CTX_FRAME];
 	struct pvrt_keyvals *keys;
 	const void *wait_addr; /* what it waits on (debugging; M:N cancellation wakes it) */
 	uint32_t cancel;       /* M:N (locks/mn.c): futex word, 1 once pthread_cancel'led */
@@ -137,8 +141,8 @@ struct pvrt_timer {
 	void (*fn)(struct pvrt_timer *t); /* called under the heap lock, on the heap's worker */
 };
 
-#define PVRT_STACK_CACHE 16
-#define PVRT_POOL_LOCAL	 128
+#define PVRT_STACK_KEEP 16 /* stacks a parking worker keeps in its pool (ult.c) */
+#define PVRT_POOL_LOCAL 128
 
 struct pvrt_worker {
 	/* Owner-only hot state. */
@@ -147,13 +151,14 @@ struct pvrt_worker {
 	void *post_arg;
 	struct pvrt_ctxrec sched; /* the scheduler context */
 	unsigned idx;
-	unsigned tick; /* scheduling decisions, to poll timers now and then */
+	unsigned tick;	   /* scheduling decisions, to poll timers now and then */
+	unsigned inj_tick; /* local picks, to take the injection queue now and then */
 	uint64_t rng[2];
-	struct pvrt_ult *pool; /* free descriptors */
+	struct pvrt_ult *pool; /* free descriptors, most with their stacks */
 	unsigned npool;
-	void *stacks[PVRT_STACK_CACHE]; /* default-size stacks */
-	unsigned vg_ids[PVRT_STACK_CACHE];
-	unsigned nstacks;
+	unsigned nstacks; /* descriptors in pool that hold a stack */
+	void *hot;	  /* the default-size stack an exited ULT left warm here, or NULL */
+	unsigned hot_vg;
 	uint64_t nid;
 
 	struct pvrt_ring ring;
@@ -205,6 +210,7 @@ struct pvrt_rt {
 	/* Global descriptor pool and the chunks they live in. */
 	struct pvrt_lock plock PVRT_ALIGNED;
 	struct pvrt_ult *pool;
+	uint32_t nstacks; /* descriptors in pool that hold a stack (plock; racy reads) */
 	struct pvrt_chunk *chunks;
 	uint64_t foreign_rng[2];
 	int segv_installed;
@@ -218,8 +224,6 @@ extern struct pvrt_rt pvrt_rt PVRT_HIDDEN;
 /* Owner-only counters read racily by pvrt_stats_get: relaxed atomics, no read-modify-write. */
 #define PVRT_STAT_INC(w, f)                                                                        \
 	__atomic_store_n(&(w)->f, __atomic_load_n(&(w)->f, __ATOMIC_RELAXED) + 1, __ATOMIC_RELAXED)
-extern __thread struct pvrt_worker *pvrt_tls_worker __attribute__((tls_model("initial-exec")))
-PVRT_HIDDEN;
 
 /*
  * The worker of the calling kernel thread, read again from TLS. Code that switches contexts must
@@ -228,28 +232,12 @@ PVRT_HIDDEN;
  */
 struct pvrt_worker *pvrt_worker_cur(void) PVRT_HIDDEN;
 
-static inline uint64_t pvrt_now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 /* ---- ult.c ---- */
-/* The calling ULT, NULL in threads that are not ULTs (locks use this). */
-struct pvrt_ult *pvrt_ult_current(void) PVRT_HIDDEN;
 /* Make a BLOCKED (or fresh, or claimed) ULT ready; any thread. */
 void pvrt_ult_ready(struct pvrt_ult *u) PVRT_HIDDEN;
 /* Block the calling ULT (its state already set to BLOCKED by the caller); post(w, arg) runs in
  * the next context once this one is suspended (e.g., to release the lock its waker needs). */
 void pvrt_ult_block(void (*post)(struct pvrt_worker *, void *), void *arg) PVRT_HIDDEN;
-/* If u is ready in a ring, run it now and queue the caller as ready; true if it switched. */
-bool pvrt_ult_try_yield_to(struct pvrt_ult *u) PVRT_HIDDEN;
-/* Could pvrt_ult_try_yield_to(u) switch to u now (it is ready and may run on the caller's
- * worker)? A racy answer: a true may still be followed by a failed yield. */
-bool pvrt_ult_can_yield_to(const struct pvrt_ult *u) PVRT_HIDDEN;
-/* The vCPU of the calling worker (for hints), else the CPU the thread runs on. */
-int pvrt_worker_vcpu(void) PVRT_HIDDEN;
 /* Pop work for worker w: local ring, injection queue; NULL if none. */
 struct pvrt_ult *pvrt_local_next(struct pvrt_worker *w) PVRT_HIDDEN;
 struct pvrt_ult *pvrt_steal(struct pvrt_worker *w) PVRT_HIDDEN;
@@ -259,11 +247,17 @@ void pvrt_switch(struct pvrt_worker *w, struct pvrt_ctxrec *from, struct pvrt_ul
 void pvrt_after_switch(void) PVRT_HIDDEN;
 void pvrt_wake_worker(unsigned i) PVRT_HIDDEN;
 void pvrt_pool_fini(void) PVRT_HIDDEN;
-void pvrt_stack_cache_fini(struct pvrt_worker *w) PVRT_HIDDEN;
+/* Free pooled stacks of w beyond PVRT_STACK_KEEP, and with global those of the global pool
+ * (w's owner, about to park). */
+void pvrt_stacks_trim(struct pvrt_worker *w, bool global) PVRT_HIDDEN;
 void pvrt_ult_init_primary(struct pvrt_ult *u) PVRT_HIDDEN;
 int pvrt_stack_alloc(size_t size, size_t guard, void **stack, unsigned *vg_id) PVRT_HIDDEN;
 void pvrt_stack_free(void *stack, size_t len, unsigned vg_id) PVRT_HIDDEN;
 size_t pvrt_page_size(void) PVRT_HIDDEN;
+/* A descriptor for the primary ULT (the thread that called pvrt_init). */
+struct pvrt_ult *pvrt_primary_alloc(void) PVRT_HIDDEN;
+/* Fill in the scheduler's view of the runtime (sched/pvrt_sched.h). */
+void pvrt_sched_view_init(struct pvrt_sched_view *v) PVRT_HIDDEN;
 
 /* The calling kernel thread's signal mask (the first 64 signals, the kernel's sigset). */
 uint64_t pvrt_kernel_sigmask(void) PVRT_HIDDEN;

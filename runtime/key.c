@@ -84,7 +84,7 @@ static void thread_kv_init(void)
 
 static struct pvrt_keyvals **current_kv(void)
 {
-	struct pvrt_ult *u = pvrt_ult_current();
+	struct pvrt_ult *u = rt_ult_current();
 	return u ? &u->keys : &thread_kv;
 }
 

@@ -42,12 +42,6 @@ const char *pvrt_errmsg(void)
 	return errmsg;
 }
 
-void pvrt_config_init(struct pvrt_config *c)
-{
-	if (c)
-		memset(c, 0, sizeof(*c));
-}
-
 /* ---------------------------------------------------------------- configuration */
 
 static int parse_u64(const char *s, uint64_t *out, bool suffixes)
@@ -112,7 +106,7 @@ static const char *env_or(const char *given, const char *name)
 {
 	if (given)
 		return given;
-	const char *e = getenv(name);
+	const char *e = secure_getenv(name); /* none under AT_SECURE (setuid) */
 	return e && *e ? e : NULL;
 }
 
@@ -133,8 +127,13 @@ static int configure(const struct pvrt_config *c, struct settings *s)
 	struct pvrt_config z;
 	if (!c) {
 		pvrt_config_init(&z);
-		c = &z;
+	} else {
+		if (c->size < sizeof(c->size))
+			return pvrt_fail(-EINVAL, "pvrt_init: config not initialised "
+						  "(pvrt_config_init or PVRT_CONFIG_INIT)");
+		os_sized_in(&z, sizeof(z), c, c->size); /* fields past the program's: default */
 	}
+	c = &z;
 	cpu_set_t mask, want;
 	if (sched_getaffinity(0, sizeof(mask), &mask))
 		return pvrt_fail(-errno, "pvrt_init: cannot read the affinity mask");
@@ -274,7 +273,7 @@ static size_t put(char *p, const char *s)
 
 static void segv_handler(int sig, siginfo_t *si, void *uc)
 {
-	struct pvrt_worker *w = pvrt_tls_worker;
+	struct pvrt_worker *w = rt_tls_worker;
 	struct pvrt_ult *u = w ? w->cur : NULL;
 	uintptr_t a = (uintptr_t)si->si_addr;
 	if (u && u->stack) {
@@ -344,8 +343,7 @@ static void kpark(uint32_t *word, uint64_t deadline)
 		ts.tv_nsec = (long)(deadline % 1000000000ull);
 		tp = &ts;
 	}
-	syscall(SYS_futex, word, FUTEX_WAIT_BITSET | FUTEX_PRIVATE_FLAG, 1, tp, NULL,
-		FUTEX_BITSET_MATCH_ANY);
+	os_futex_wait_abs(word, 1, CLOCK_MONOTONIC, tp);
 }
 
 /*
@@ -359,7 +357,7 @@ static void kpark(uint32_t *word, uint64_t deadline)
  */
 static void idle(struct pvrt_worker *w)
 {
-	uint64_t t0 = pvrt_now_ns();
+	uint64_t t0 = os_now_ns();
 	bool contended = pvhint_vcpu_preempted(pvrt_rt.hint, w->vcpu);
 	if (pvrt_rt.hint->valid & PVHINT_VALID_STEAL) {
 		uint64_t s = pvhint_steal(pvrt_rt.hint, w->vcpu);
@@ -373,8 +371,8 @@ static void idle(struct pvrt_worker *w)
 		uint64_t now = t0;
 		while (now - t0 < poll) {
 			for (int i = 0; i < 32; i++)
-				pvrt_cpu_relax();
-			now = pvrt_now_ns();
+				os_cpu_relax();
+			now = os_now_ns();
 			if (pvrt_has_work(w) || pvrt_timers_due(w, now) ||
 			    __atomic_load_n(&pvrt_rt.stop, __ATOMIC_RELAXED)) {
 				found = true;
@@ -397,16 +395,19 @@ static void idle(struct pvrt_worker *w)
 	 * best-effort wake-up (their owners run it anyway): nparked, read racily by notify_idle.
 	 */
 	__atomic_exchange_n(&w->park_word, 1, __ATOMIC_SEQ_CST);
-	__atomic_fetch_add(&pvrt_rt.nparked, 1, __ATOMIC_RELAXED);
+	bool last = __atomic_add_fetch(&pvrt_rt.nparked, 1, __ATOMIC_RELAXED) == pvrt_rt.nw;
 	uint64_t dl = __atomic_load_n(&w->armed, __ATOMIC_RELAXED);
 	if (!pvrt_has_work(w) && !__atomic_load_n(&pvrt_rt.stop, __ATOMIC_SEQ_CST) &&
-	    dl > pvrt_now_ns()) {
+	    dl > os_now_ns()) {
 		PVRT_STAT_INC(w, st_parks);
+		/* Idle costs no memory either: give back the stacks of a past burst. A wake-up
+		 * meanwhile is not lost (park_word is re-read below), only later. */
+		pvrt_stacks_trim(w, last);
 		pvhint_thread_park(pvrt_rt.hint);
 		/* Acquire: a waker's queue writes are visible once we see its 1->0. */
 		while (__atomic_load_n(&w->park_word, __ATOMIC_ACQUIRE) == 1) {
 			kpark(&w->park_word, dl);
-			if (dl != UINT64_MAX && pvrt_now_ns() >= dl)
+			if (dl != UINT64_MAX && os_now_ns() >= dl)
 				break;
 		}
 		pvhint_thread_unpark(pvrt_rt.hint);
@@ -419,7 +420,7 @@ static void idle(struct pvrt_worker *w)
 
 	if (contended)
 		return;
-	uint64_t idle_ns = pvrt_now_ns() - t0;
+	uint64_t idle_ns = os_now_ns() - t0;
 	if (idle_ns > pvrt_rt.poll_max) {
 		w->poll_ns /= 2;
 		if (w->poll_ns < pvrt_rt.poll_min)
@@ -437,7 +438,7 @@ void pvrt_sched_loop(struct pvrt_worker *w)
 {
 	for (;;) {
 		struct pvrt_ult *u = pvrt_local_next(w);
-		if (!u && pvrt_timers_run(w, pvrt_now_ns()))
+		if (!u && pvrt_timers_run(w, os_now_ns()))
 			u = pvrt_local_next(w);
 		if (!u)
 			u = pvrt_steal(w);
@@ -463,8 +464,8 @@ static void sched_entry(void *arg)
 static void *worker_main(void *arg)
 {
 	struct pvrt_worker *w = arg;
-	pvrt_tls_worker = w;
 	pvrt_tls_worker_start(w);
+	rt_tls_worker = w;
 	stack_t old;
 	altstack_on(w, &old);
 	if (pvrt_rt.emu)
@@ -485,20 +486,18 @@ static void *worker_main(void *arg)
 	if (pvrt_rt.emu)
 		pvhint_emu_detach(pvrt_rt.hint);
 	altstack_off(w, &old);
-	pvrt_tls_worker = NULL;
+	rt_tls_worker = NULL;
 	return NULL;
 }
 
 /* ---------------------------------------------------------------- init / finalize */
 
-struct pvrt_ult *pvrt_primary_alloc(void) PVRT_HIDDEN;
-void pvrt_sched_view_init(struct pvrt_sched_view *v) PVRT_HIDDEN;
-
 static void free_workers(unsigned n)
 {
 	for (unsigned i = 0; i < n; i++) {
 		struct pvrt_worker *w = pvrt_rt.w[i];
-		pvrt_stack_cache_fini(w);
+		if (w->hot)
+			pvrt_stack_free(w->hot, pvrt_rt.stack_size, w->hot_vg);
 		pvrt_timers_fini(w);
 		pvrt_free(w, sizeof(*w));
 	}
@@ -536,7 +535,7 @@ static void teardown_primary(void)
 	if (sched0_stack)
 		pvrt_stack_free(sched0_stack, SCHED_STACK, sched0_vg);
 	sched0_stack = NULL;
-	pvrt_tls_worker = NULL;
+	rt_tls_worker = NULL;
 }
 
 int pvrt_init(const struct pvrt_config *c)
@@ -584,7 +583,7 @@ int pvrt_init(const struct pvrt_config *c)
 		w->cpu = s.cpus[i % s.ncpus];
 		unsigned nv = pvhint_nr_vcpus(h);
 		w->vcpu = pvrt_rt.emu && nv ? i % nv : (unsigned)w->cpu;
-		w->rng[0] = 0x9E3779B97F4A7C15ull * (i + 1) ^ (uint64_t)pvrt_now_ns();
+		w->rng[0] = 0x9E3779B97F4A7C15ull * (i + 1) ^ (uint64_t)os_now_ns();
 		w->armed = UINT64_MAX;
 #if PVRT_INJECT_WFCQ
 		__cds_wfcq_init(&w->inj.head, &w->inj.tail);
@@ -615,7 +614,7 @@ int pvrt_init(const struct pvrt_config *c)
 	CPU_ZERO(&one);
 	CPU_SET(w0->cpu, &one);
 	pthread_setaffinity_np(pthread_self(), sizeof(one), &one);
-	const char *nosegv = getenv("PVRT_NO_SEGV_HANDLER");
+	const char *nosegv = secure_getenv("PVRT_NO_SEGV_HANDLER");
 	if (!(c && c->no_segv_handler) && !(nosegv && !strcmp(nosegv, "1"))) {
 		struct sigaction sa;
 		memset(&sa, 0, sizeof(sa));
@@ -628,7 +627,7 @@ int pvrt_init(const struct pvrt_config *c)
 	}
 	if (pvrt_rt.emu)
 		pvhint_emu_attach(h, w0->vcpu);
-	pvrt_tls_worker = w0;
+	rt_tls_worker = w0;
 	/* Release: workers and creators that see 'running' see the whole runtime. */
 	__atomic_store_n(&pvrt_rt.running, 1, __ATOMIC_RELEASE);
 
@@ -663,7 +662,7 @@ int pvrt_finalize(void)
 {
 	if (!__atomic_load_n(&pvrt_rt.running, __ATOMIC_ACQUIRE))
 		return pvrt_fail(-ENXIO, "pvrt_finalize: the runtime is not running");
-	if (pvrt_ult_current() != pvrt_rt.primary)
+	if (rt_ult_current() != pvrt_rt.primary)
 		return pvrt_fail(-EPERM, "pvrt_finalize: only the primary ULT (the thread that "
 					 "called pvrt_init) may finalize");
 	/* Wait for every other ULT; ult_exit wakes us when the count drops to 0. Then the
@@ -672,7 +671,7 @@ int pvrt_finalize(void)
 	for (;;) {
 		uint32_t n = __atomic_load_n(&pvrt_rt.nlive, __ATOMIC_ACQUIRE);
 		if (n) {
-			pvrt_futex_wait(&pvrt_rt.nlive, n, CLOCK_MONOTONIC, NULL);
+			rt_futex_wait(&pvrt_rt.nlive, n, CLOCK_MONOTONIC, NULL);
 			continue;
 		}
 		if (!pvrt_rt.primary->keys)
@@ -703,7 +702,7 @@ void pvrt_fork_child_reset(void)
 	memset(&pvrt_rt, 0, sizeof(pvrt_rt));
 	life_lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
 	sched0_stack = NULL;
-	pvrt_tls_worker = NULL;
+	rt_tls_worker = NULL;
 }
 
 unsigned pvrt_nworkers(void)
@@ -713,18 +712,19 @@ unsigned pvrt_nworkers(void)
 
 int pvrt_worker_self(void)
 {
-	struct pvrt_worker *w = pvrt_tls_worker;
+	struct pvrt_worker *w = rt_tls_worker;
 	return w ? (int)w->idx : -1;
 }
 
-int pvrt_stats_get(struct pvrt_stats *s)
+int pvrt_stats_read(struct pvrt_stats *out, size_t size)
 {
-	if (!s)
-		return pvrt_fail(-EINVAL, "pvrt_stats_get: NULL");
-	memset(s, 0, sizeof(*s));
+	if (!out || size < offsetof(struct pvrt_stats, ults_created))
+		return pvrt_fail(-EINVAL, "pvrt_stats_read: NULL or size below the header");
+	struct pvrt_stats st = {0}, *s = &st;
+	int r = 0;
 	if (!__atomic_load_n(&pvrt_rt.running, __ATOMIC_ACQUIRE))
-		return pvrt_fail(-ENXIO, "pvrt_stats_get: the runtime is not running");
-	for (unsigned i = 0; i < pvrt_rt.nw; i++) {
+		r = pvrt_fail(-ENXIO, "pvrt_stats_read: the runtime is not running");
+	for (unsigned i = 0; !r && i < pvrt_rt.nw; i++) {
 		struct pvrt_worker *w = pvrt_rt.w[i];
 #define LD(f) __atomic_load_n(&w->f, __ATOMIC_RELAXED)
 		s->ults_created += LD(st_created);
@@ -738,5 +738,6 @@ int pvrt_stats_get(struct pvrt_stats *s)
 		s->timer_fires += LD(st_timer_fires);
 #undef LD
 	}
-	return 0;
+	out->size = (uint32_t)os_sized_out(out, size, s, sizeof(*s));
+	return r;
 }

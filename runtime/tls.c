@@ -201,8 +201,8 @@ static int discover(void)
 
 	/* Kernel-thread words: the worker pointer, the hint source's. */
 	char *tp = pvrt_tp_get();
-	T.kw_off[0] = (char *)&pvrt_tls_worker - tp;
-	T.kw_size[0] = sizeof(pvrt_tls_worker);
+	T.kw_off[0] = (char *)&rt_tls_worker - tp;
+	T.kw_size[0] = sizeof(rt_tls_worker);
 	struct pvhint_tls_word hw[MAX_KWORDS - 1];
 	unsigned n = pvhint_thread_tls_words(hw, MAX_KWORDS - 1);
 	if (n > MAX_KWORDS - 1)

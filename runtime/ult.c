@@ -33,13 +33,13 @@
 #include <jemalloc/jemalloc.h>
 #endif
 
-__thread struct pvrt_worker *pvrt_tls_worker;
+__thread struct pvrt_worker *rt_tls_worker;
 
 __attribute__((noinline)) struct pvrt_worker *pvrt_worker_cur(void)
 {
 	/* The empty asm keeps the compiler from treating this as pure and reusing an old result. */
 	__asm__ volatile("" ::: "memory");
-	return pvrt_tls_worker;
+	return rt_tls_worker;
 }
 
 /* ---------------------------------------------------------------- allocation */
@@ -89,6 +89,7 @@ static struct pvrt_ult *desc_get(struct pvrt_worker *w)
 		u = w->pool;
 		w->pool = u->qnext;
 		w->npool--;
+		w->nstacks -= u->stack != NULL;
 		return u;
 	}
 	pvrt_lock_acquire(&pvrt_rt.plock);
@@ -109,6 +110,9 @@ static struct pvrt_ult *desc_get(struct pvrt_worker *w)
 	}
 	u = pvrt_rt.pool;
 	pvrt_rt.pool = u->qnext;
+	/* Atomic (under plock): pvrt_stacks_trim reads it without the lock. */
+	if (u->stack)
+		__atomic_fetch_sub(&pvrt_rt.nstacks, 1, __ATOMIC_RELAXED);
 	/* Refill the worker's pool in one go so the lock is rare. */
 	if (w) {
 		for (unsigned i = 0; i < PVRT_POOL_LOCAL / 2 && pvrt_rt.pool; i++) {
@@ -117,6 +121,10 @@ static struct pvrt_ult *desc_get(struct pvrt_worker *w)
 			x->qnext = w->pool;
 			w->pool = x;
 			w->npool++;
+			if (x->stack) {
+				__atomic_fetch_sub(&pvrt_rt.nstacks, 1, __ATOMIC_RELAXED);
+				w->nstacks++;
+			}
 		}
 	}
 	pvrt_lock_release(&pvrt_rt.plock);
@@ -132,33 +140,24 @@ static void desc_put(struct pvrt_worker *w, struct pvrt_ult *u)
 		u->qnext = w->pool;
 		w->pool = u;
 		w->npool++;
+		w->nstacks += u->stack != NULL;
 		return;
 	}
 	pvrt_lock_acquire(&pvrt_rt.plock);
 	u->qnext = pvrt_rt.pool;
 	pvrt_rt.pool = u;
+	if (u->stack)
+		__atomic_fetch_add(&pvrt_rt.nstacks, 1, __ATOMIC_RELAXED);
 	pvrt_lock_release(&pvrt_rt.plock);
 }
 
-static void stack_put(struct pvrt_worker *w, struct pvrt_ult *u);
-
-/* Drop one reference (handle or the ULT's own); the last returns the descriptor, and the stack
- * if the ULT's exit left it (per-ULT TLS: its TCB must outlive the ULT while a pthread_t may
- * still name it, as glibc keeps a joinable thread's until it is joined). */
+/* Drop one reference (handle or the ULT's own); the last returns the descriptor (with its
+ * stack, and with per-ULT TLS the TCB on it, which names the thread until the reuse). */
 static void desc_unref(struct pvrt_worker *w, struct pvrt_ult *u)
 {
 	/* Acq_rel: the last dropper must see everything the other did with the descriptor. */
-	if (__atomic_sub_fetch(&u->refs, 1, __ATOMIC_ACQ_REL) == 0) {
-		if (u->stack) {
-			if (w)
-				stack_put(w, u);
-			else
-				pvrt_stack_free(u->stack, u->stack_len, u->vg_id);
-			u->stack = NULL;
-			u->tp = NULL;
-		}
+	if (__atomic_sub_fetch(&u->refs, 1, __ATOMIC_ACQ_REL) == 0)
 		desc_put(w, u);
-	}
 }
 
 void pvrt_pool_fini(void)
@@ -166,13 +165,18 @@ void pvrt_pool_fini(void)
 	struct pvrt_chunk *c = pvrt_rt.chunks;
 	while (c) {
 		struct pvrt_chunk *n = c->next;
-		for (unsigned i = 0; i < c->n; i++)
-			pvrt_san_fiber_destroy(&c->u[i].ctx.san);
+		for (unsigned i = 0; i < c->n; i++) {
+			struct pvrt_ult *u = &c->u[i];
+			if (u->stack)
+				pvrt_stack_free(u->stack, u->stack_len, u->vg_id);
+			pvrt_san_fiber_destroy(&u->ctx.san);
+		}
 		pvrt_free(c, sizeof(*c));
 		c = n;
 	}
 	pvrt_rt.chunks = NULL;
 	pvrt_rt.pool = NULL;
+	pvrt_rt.nstacks = 0;
 	pvrt_debug_chunks = NULL;
 }
 
@@ -212,24 +216,84 @@ void pvrt_stack_free(void *stack, size_t len, unsigned vg_id)
 	munmap(stack, len);
 }
 
-static void stack_put(struct pvrt_worker *w, struct pvrt_ult *u)
+/*
+ * A descriptor keeps its stack when it goes back to a pool, so a create takes both with one pop
+ * and a program that starts many threads at once maps stacks only the first time: there is no
+ * cache size to fall off. A create does not touch the stack either (the initial frame is built in
+ * the descriptor), and a ULT's first run swaps its stack for the worker's hot one, which an exit
+ * on that worker left warm (an exit swaps its stack in): N ULTs created, then run one after the
+ * other, run on two warm stacks while the cold ones only change hands. So the cost per ULT stays
+ * flat whatever N. The memory goes back when idle: a worker about to park frees the stacks of its
+ * pool beyond PVRT_STACK_KEEP, and the last worker to park frees those of the global pool.
+ */
+static inline void swap_hot(struct pvrt_worker *w, struct pvrt_ult *u)
 {
-	if (u->stack_len == pvrt_rt.stack_size && u->guard == pvrt_page_size() &&
-	    w->nstacks < PVRT_STACK_CACHE) {
-		w->vg_ids[w->nstacks] = u->vg_id;
-		w->stacks[w->nstacks++] = u->stack;
-	} else {
-		pvrt_stack_free(u->stack, u->stack_len, u->vg_id);
-	}
-	u->stack = NULL;
+	if (u->stack_len != pvrt_rt.stack_size || !u->stack || u->tp)
+		return;
+	void *s = w->hot;
+	unsigned vg = w->hot_vg;
+	w->hot = u->stack;
+	w->hot_vg = u->vg_id;
+	u->stack = s;
+	u->vg_id = vg;
 }
 
-void pvrt_stack_cache_fini(struct pvrt_worker *w)
+/* Before the first switch to u: give it a stack (the warm one when there is one) and copy the
+ * initial frame built at create below its top. */
+static void first_run(struct pvrt_worker *w, struct pvrt_ult *u)
 {
-	while (w->nstacks) {
-		w->nstacks--;
-		pvrt_stack_free(w->stacks[w->nstacks], pvrt_rt.stack_size, w->vg_ids[w->nstacks]);
+	if (w->hot)
+		swap_hot(w, u);
+	size_t n = (size_t)(u->frame + sizeof(u->frame) - (unsigned char *)u->fresh_sp);
+	/* With TLS of its own the stack ends below the TLS blocks at its top (tls.c). */
+	char *end = u->tp ? (char *)u->stack_top : (char *)u->stack + u->stack_len;
+	unsigned char *top = (unsigned char *)((uintptr_t)end & ~(uintptr_t)15);
+	memcpy(top - n, u->fresh_sp, n);
+	u->ctx.sp = top - n;
+	u->ctx.san.bottom = (char *)u->stack + u->guard;
+	u->ctx.san.size = (size_t)(end - (char *)u->ctx.san.bottom);
+}
+
+static void stacks_free_list(struct pvrt_ult *u, unsigned keep)
+{
+	for (; u; u = u->qnext) {
+		if (!u->stack)
+			continue;
+		if (keep) {
+			keep--;
+			continue;
+		}
+		pvrt_stack_free(u->stack, u->stack_len, u->vg_id);
+		u->stack = NULL;
+		u->tp = NULL;
 	}
+}
+
+void pvrt_stacks_trim(struct pvrt_worker *w, bool global)
+{
+	if (w->nstacks > PVRT_STACK_KEEP) {
+		stacks_free_list(w->pool, PVRT_STACK_KEEP);
+		w->nstacks = PVRT_STACK_KEEP;
+	}
+	if (!global || !__atomic_load_n(&pvrt_rt.nstacks, __ATOMIC_RELAXED))
+		return;
+	/* Detach the list so that creators (foreign threads) need not wait for the unmapping;
+	 * meanwhile they find the pool empty and allocate a chunk. */
+	pvrt_lock_acquire(&pvrt_rt.plock);
+	struct pvrt_ult *list = pvrt_rt.pool;
+	pvrt_rt.pool = NULL;
+	__atomic_store_n(&pvrt_rt.nstacks, 0, __ATOMIC_RELAXED);
+	pvrt_lock_release(&pvrt_rt.plock);
+	if (!list)
+		return;
+	stacks_free_list(list, 0);
+	struct pvrt_ult *last = list;
+	while (last->qnext)
+		last = last->qnext;
+	pvrt_lock_acquire(&pvrt_rt.plock);
+	last->qnext = pvrt_rt.pool;
+	pvrt_rt.pool = list;
+	pvrt_lock_release(&pvrt_rt.plock);
 }
 
 /*
@@ -396,7 +460,6 @@ static unsigned view_queued(const struct pvrt_sched_view *v, unsigned w)
 	return (unsigned)(t - h) + __atomic_load_n(&x->inj.n, __ATOMIC_RELAXED);
 }
 
-void pvrt_sched_view_init(struct pvrt_sched_view *v) PVRT_HIDDEN;
 void pvrt_sched_view_init(struct pvrt_sched_view *v)
 {
 	v->nworkers = pvrt_rt.nw;
@@ -435,8 +498,7 @@ void pvrt_wake_worker(unsigned i)
 					__ATOMIC_RELAXED)) {
 		__atomic_fetch_sub(&pvrt_rt.nparked, 1, __ATOMIC_RELAXED);
 		__atomic_fetch_add(&t->st_unparks, 1, __ATOMIC_RELAXED);
-		syscall(SYS_futex, &t->park_word, FUTEX_WAKE | FUTEX_PRIVATE_FLAG, 1, NULL, NULL,
-			0);
+		os_futex_wake(&t->park_word, 1);
 	}
 }
 
@@ -502,7 +564,7 @@ static void requeue(struct pvrt_worker *w, struct pvrt_ult *u)
 
 void pvrt_ult_ready(struct pvrt_ult *u)
 {
-	struct pvrt_worker *w = pvrt_tls_worker;
+	struct pvrt_worker *w = rt_tls_worker;
 	unsigned target;
 	int b = ult_bound(u);
 	if (b >= 0) {
@@ -528,7 +590,15 @@ static void reroute(struct pvrt_worker *w, struct pvrt_ult *u)
 struct pvrt_ult *pvrt_local_next(struct pvrt_worker *w)
 {
 	for (;;) {
-		struct pvrt_ult *u = ring_take(&w->ring);
+		/* Every 16th pick takes the injection queue first: ULTs that yield to each other
+		 * keep the ring non-empty, and a ULT woken from another worker (or bound here)
+		 * would otherwise never run (as Go's scheduler checks its global queue every 61
+		 * ticks). */
+		struct pvrt_ult *u = NULL;
+		if (unlikely((++w->inj_tick & 15) == 0))
+			u = inject_pop(w, false);
+		if (!u)
+			u = ring_take(&w->ring);
 		if (!u)
 			u = inject_pop(w, false);
 		if (!u)
@@ -582,9 +652,9 @@ static struct pvrt_ult *pick_next(struct pvrt_worker *w)
 {
 	uint64_t armed = __atomic_load_n(&w->armed, __ATOMIC_RELAXED);
 	if (unlikely(armed != UINT64_MAX) && (++w->tick & 63) == 0)
-		pvrt_timers_run(w, pvrt_now_ns());
+		pvrt_timers_run(w, os_now_ns());
 	struct pvrt_ult *u = pvrt_local_next(w);
-	if (!u && armed != UINT64_MAX && pvrt_timers_run(w, pvrt_now_ns()))
+	if (!u && armed != UINT64_MAX && pvrt_timers_run(w, os_now_ns()))
 		u = pvrt_local_next(w);
 	return u;
 }
@@ -607,6 +677,8 @@ static void switch_ctx(struct pvrt_worker *w, struct pvrt_ctxrec *from, struct p
 		       void (*post)(struct pvrt_worker *, void *), void *arg, int dying)
 {
 	struct pvrt_ctxrec *tc = to ? &to->ctx : &w->sched;
+	if (unlikely(!tc->sp))
+		first_run(w, to);
 	w->post_fn = post;
 	w->post_arg = arg;
 	w->cur = to;
@@ -647,7 +719,7 @@ static void post_ready(struct pvrt_worker *w, void *arg)
 
 void pvrt_ult_block(void (*post)(struct pvrt_worker *, void *), void *arg)
 {
-	struct pvrt_worker *w = pvrt_tls_worker;
+	struct pvrt_worker *w = rt_tls_worker;
 	struct pvrt_ult *self = w->cur;
 	/*
 	 * No timers fired here: the caller may hold a lock its post action releases (a futex
@@ -656,14 +728,14 @@ void pvrt_ult_block(void (*post)(struct pvrt_worker *, void *), void *arg)
 	 */
 	struct pvrt_ult *next = NULL;
 	uint64_t armed = __atomic_load_n(&w->armed, __ATOMIC_RELAXED);
-	if (likely(armed == UINT64_MAX) || (++w->tick & 63) || !pvrt_timers_due(w, pvrt_now_ns()))
+	if (likely(armed == UINT64_MAX) || (++w->tick & 63) || !pvrt_timers_due(w, os_now_ns()))
 		next = pvrt_local_next(w);
 	switch_ctx(w, &self->ctx, next, post, arg, 0);
 }
 
-bool pvrt_ult_try_yield_to(struct pvrt_ult *u)
+bool rt_ult_try_yield_to(struct pvrt_ult *u)
 {
-	struct pvrt_worker *w = pvrt_tls_worker;
+	struct pvrt_worker *w = rt_tls_worker;
 	struct pvrt_ult *self = w ? w->cur : NULL;
 	if (!self || !u || u == self || bound_elsewhere(u, w))
 		return false;
@@ -676,11 +748,11 @@ bool pvrt_ult_try_yield_to(struct pvrt_ult *u)
 	return true;
 }
 
-bool pvrt_ult_can_yield_to(const struct pvrt_ult *u)
+bool rt_ult_can_yield_to(const struct pvrt_ult *u)
 {
 	struct pvrt_worker *w = pvrt_worker_cur();
 	struct pvrt_ult *self = w ? w->cur : NULL;
-	/* Relaxed: a hint; pvrt_ult_try_yield_to's CAS decides. */
+	/* Relaxed: a hint; rt_ult_try_yield_to's CAS decides. */
 	return self && u && u != self && !bound_elsewhere(u, w) &&
 	       __atomic_load_n(&u->state, __ATOMIC_RELAXED) == ULT_READY;
 }
@@ -701,15 +773,15 @@ void pvrt_ult_sigmask_changed(uint64_t m)
 	}
 }
 
-struct pvrt_ult *pvrt_ult_current(void)
+struct pvrt_ult *rt_ult_current(void)
 {
-	struct pvrt_worker *w = pvrt_tls_worker;
+	struct pvrt_worker *w = rt_tls_worker;
 	return w ? w->cur : NULL;
 }
 
-int pvrt_worker_vcpu(void)
+int rt_worker_vcpu(void)
 {
-	struct pvrt_worker *w = pvrt_tls_worker;
+	struct pvrt_worker *w = rt_tls_worker;
 	return w ? (int)w->vcpu : pvhint_self_vcpu();
 }
 
@@ -718,12 +790,13 @@ int pvrt_worker_vcpu(void)
 static void post_exit(struct pvrt_worker *w, void *arg)
 {
 	struct pvrt_ult *u = arg;
-	/* With TLS of its own, the stack (holding the TCB that names it: tp stays valid) goes
-	 * with the last reference to the descriptor (desc_unref). */
+	/* Keep the warm stack on this worker; the descriptor takes the previous one (or none; see
+	 * pvrt_stacks_trim). With TLS of its own, the ULT keeps its stack: the TCB on it names the
+	 * thread (tp stays valid) until the descriptor is reused. */
 	if (u->tp)
 		pvrt_tls_release(u->tp);
 	else
-		stack_put(w, u);
+		swap_hot(w, u);
 	pvrt_san_fiber_destroy(&u->ctx.san);
 	desc_unref(w, u);
 }
@@ -738,9 +811,9 @@ __attribute__((noreturn)) static void ult_exit(struct pvrt_ult *self, void *ret)
 	__atomic_store_n(&self->state, ULT_DONE, __ATOMIC_RELAXED);
 	/* Release: the joiner's acquire load of 'join' sees ret. 2: someone waits. */
 	if (__atomic_exchange_n(&self->join, 1, __ATOMIC_ACQ_REL) == 2)
-		pvrt_futex_wake(&self->join, INT_MAX);
+		rt_futex_wake(&self->join, INT_MAX);
 	if (__atomic_sub_fetch(&pvrt_rt.nlive, 1, __ATOMIC_ACQ_REL) == 0)
-		pvrt_futex_wake(&pvrt_rt.nlive, INT_MAX);
+		rt_futex_wake(&pvrt_rt.nlive, INT_MAX);
 	struct pvrt_worker *w = pvrt_worker_cur();
 	struct pvrt_ult *next = pick_next(w);
 	/* The stack goes back in post_exit, once we are off it. */
@@ -781,20 +854,9 @@ void pvrt_ult_init_primary(struct pvrt_ult *u)
 	pvrt_san_fiber_current(&u->ctx.san);
 }
 
-struct pvrt_ult *pvrt_primary_alloc(void) PVRT_HIDDEN;
 struct pvrt_ult *pvrt_primary_alloc(void)
 {
 	return desc_get(NULL);
-}
-
-void pvrt_thread_attr_init(pvrt_thread_attr_t *a)
-{
-	if (!a)
-		return;
-	a->stack_size = 0;
-	a->detached = 0;
-	a->worker = -1;
-	a->guard_size = 0;
 }
 
 int pvrt_thread_create(pvrt_thread_t *out, const pvrt_thread_attr_t *attr, void *(*fn)(void *),
@@ -808,7 +870,17 @@ int pvrt_thread_create(pvrt_thread_t *out, const pvrt_thread_attr_t *attr, void 
 	size_t ps = pvrt_page_size();
 	size_t guard = ps;
 	int detached = 0, bound = -1;
+	pvrt_thread_attr_t a;
 	if (attr) {
+		if (attr->size < sizeof(attr->size))
+			return pvrt_fail(-EINVAL,
+					 "pvrt_thread_create: attr not initialised "
+					 "(pvrt_thread_attr_init or PVRT_THREAD_ATTR_INIT)");
+		if (attr->size < sizeof(a)) { /* fields past the program's: default */
+			pvrt_thread_attr_init(&a);
+			memcpy(&a, attr, attr->size);
+			attr = &a;
+		}
 		if (attr->stack_size || attr->guard_size) {
 			size_t st = attr->stack_size;
 			if (st && (st < PVRT_STACK_MIN || st > PVRT_STACK_MAX))
@@ -835,15 +907,15 @@ int pvrt_thread_create(pvrt_thread_t *out, const pvrt_thread_attr_t *attr, void 
 	if (!out && !detached)
 		return pvrt_fail(-EINVAL, "pvrt_thread_create: out is NULL for a joinable ULT");
 
-	struct pvrt_worker *w = pvrt_tls_worker;
+	struct pvrt_worker *w = rt_tls_worker;
 	struct pvrt_ult *u = desc_get(w);
 	if (!u)
 		return pvrt_fail(-ENOMEM, "pvrt_thread_create: out of memory");
-	if (w && len == pvrt_rt.stack_size && guard == ps && w->nstacks) {
-		w->nstacks--;
-		u->stack = w->stacks[w->nstacks];
-		u->vg_id = w->vg_ids[w->nstacks];
-	} else {
+	if (u->stack && (u->stack_len != len || u->guard != guard)) {
+		pvrt_stack_free(u->stack, u->stack_len, u->vg_id);
+		u->stack = NULL;
+	}
+	if (!u->stack) {
 		int r = pvrt_stack_alloc(len, guard, &u->stack, &u->vg_id);
 		if (r) {
 			desc_put(w, u);
@@ -852,12 +924,12 @@ int pvrt_thread_create(pvrt_thread_t *out, const pvrt_thread_attr_t *attr, void 
 	}
 	u->stack_len = len;
 	u->guard = guard;
-	void *top = (char *)u->stack + len;
 	u->tp = NULL;
 	if (pvrt_rt.ult_tls) {
-		u->tp = pvrt_tls_create(u, u->stack, len, guard, &top);
+		u->tp = pvrt_tls_create(u, u->stack, len, guard, &u->stack_top);
 		if (!u->tp) {
 			pvrt_stack_free(u->stack, len, u->vg_id);
+			u->stack = NULL;
 			desc_put(w, u);
 			return pvrt_fail(-ENOMEM, "pvrt_thread_create: no memory for the TLS");
 		}
@@ -885,11 +957,12 @@ int pvrt_thread_create(pvrt_thread_t *out, const pvrt_thread_attr_t *attr, void 
 		u->sigmask = cu ? cu->sigmask : pvrt_kernel_sigmask();
 	}
 	u->name[0] = 0;
-	u->ctx.san.bottom = (char *)u->stack + guard;
-	u->ctx.san.size = (size_t)((char *)top - (char *)u->stack) - guard;
 	u->ctx.san.asan_fake = NULL;
 	pvrt_san_fiber_create(&u->ctx.san);
-	u->ctx.sp = pvrt_ctx_make(top, ult_entry, u);
+	/* The frame is built here (the creator's floating-point state) and copied to the stack at
+	 * the first run (first_run). */
+	u->ctx.sp = NULL;
+	u->fresh_sp = pvrt_ctx_make(u->frame + sizeof(u->frame), ult_entry, u);
 	/* Relaxed: finalize only needs the count to be exact once every creator is done. */
 	__atomic_add_fetch(&pvrt_rt.nlive, 1, __ATOMIC_RELAXED);
 	if (w)
@@ -904,14 +977,14 @@ int pvrt_thread_join(pvrt_thread_t t, void **ret)
 {
 	if (!t)
 		return pvrt_fail(-EINVAL, "pvrt_thread_join: NULL thread");
-	struct pvrt_ult *self = pvrt_ult_current();
+	struct pvrt_ult *self = rt_ult_current();
 	if (t == self)
 		return pvrt_fail(-EDEADLK, "pvrt_thread_join: a ULT cannot join itself");
 	if (t->flags & (ULT_F_DETACHED | ULT_F_PRIMARY))
 		return pvrt_fail(-EINVAL, "pvrt_thread_join: not a joinable ULT");
 	/* Still queued and ready? Run it now rather than block and wait for it. */
 	if (self && __atomic_load_n(&t->join, __ATOMIC_ACQUIRE) != 1)
-		pvrt_ult_try_yield_to(t);
+		rt_ult_try_yield_to(t);
 	for (;;) {
 		/* Acquire pairs with ult_exit's exchange: ret is visible. */
 		uint32_t j = __atomic_load_n(&t->join, __ATOMIC_ACQUIRE);
@@ -921,7 +994,7 @@ int pvrt_thread_join(pvrt_thread_t t, void **ret)
 		if (j == 0 && !__atomic_compare_exchange_n(&t->join, &j, 2, 0, __ATOMIC_RELAXED,
 							   __ATOMIC_RELAXED))
 			continue;
-		pvrt_futex_wait(&t->join, 2, CLOCK_MONOTONIC, NULL);
+		rt_futex_wait(&t->join, 2, CLOCK_MONOTONIC, NULL);
 	}
 	if (ret)
 		*ret = t->ret;
@@ -935,13 +1008,13 @@ int pvrt_thread_detach(pvrt_thread_t t)
 		return pvrt_fail(-EINVAL, "pvrt_thread_detach: not a joinable ULT");
 	/* The flag only guards against a later join on this handle; the reference does the work. */
 	t->flags |= ULT_F_DETACHED;
-	desc_unref(pvrt_tls_worker, t);
+	desc_unref(rt_tls_worker, t);
 	return 0;
 }
 
 int pvrt_thread_yield(void)
 {
-	struct pvrt_worker *w = pvrt_tls_worker;
+	struct pvrt_worker *w = rt_tls_worker;
 	if (!w || !w->cur)
 		return 0;
 	struct pvrt_ult *next = pick_next(w);
@@ -954,16 +1027,16 @@ int pvrt_thread_yield(void)
 
 int pvrt_thread_yield_to(pvrt_thread_t t)
 {
-	if (!pvrt_ult_current())
+	if (!rt_ult_current())
 		return pvrt_fail(-EPERM, "pvrt_thread_yield_to: not called from a ULT");
-	if (!pvrt_ult_try_yield_to(t))
+	if (!rt_ult_try_yield_to(t))
 		return pvrt_thread_yield();
 	return 0;
 }
 
 pvrt_thread_t pvrt_thread_self(void)
 {
-	return pvrt_ult_current();
+	return rt_ult_current();
 }
 
 uint64_t pvrt_thread_id(pvrt_thread_t t)
@@ -973,7 +1046,7 @@ uint64_t pvrt_thread_id(pvrt_thread_t t)
 
 int pvrt_thread_exit(void *ret)
 {
-	struct pvrt_ult *self = pvrt_ult_current();
+	struct pvrt_ult *self = rt_ult_current();
 	if (!self)
 		return pvrt_fail(-EPERM, "pvrt_thread_exit: not called from a ULT");
 	if (self->flags & ULT_F_PRIMARY)
@@ -983,7 +1056,7 @@ int pvrt_thread_exit(void *ret)
 
 int pvrt_thread_set_worker(int wi)
 {
-	struct pvrt_ult *self = pvrt_ult_current();
+	struct pvrt_ult *self = rt_ult_current();
 	if (!self)
 		return pvrt_fail(-EPERM, "pvrt_thread_set_worker: not called from a ULT");
 	if (self->flags & ULT_F_PRIMARY)
@@ -996,7 +1069,7 @@ int pvrt_thread_set_worker(int wi)
 	if (wi < 0 || wi >= (int)pvrt_rt.nw)
 		return pvrt_fail(-EINVAL, "pvrt_thread_set_worker: no such worker");
 	__atomic_store_n(&self->bound, wi, __ATOMIC_RELAXED);
-	if ((unsigned)wi == pvrt_tls_worker->idx)
+	if ((unsigned)wi == rt_tls_worker->idx)
 		return 0;
 	/* Off this worker: suspend, and let the next context queue us on the bound worker. */
 	__atomic_store_n(&self->state, ULT_BLOCKED, __ATOMIC_RELAXED);
@@ -1011,14 +1084,14 @@ int pvrt_thread_sleep(uint64_t ns)
 	uint64_t t = (uint64_t)ts.tv_nsec + ns % 1000000000ull;
 	ts.tv_sec += (time_t)(ns / 1000000000ull + t / 1000000000ull);
 	ts.tv_nsec = (long)(t % 1000000000ull);
-	if (!pvrt_ult_current()) {
+	if (!rt_ult_current()) {
 		while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
 			;
 		return 0;
 	}
 	/* Nobody wakes this word: the wait ends by its timeout (spurious wake-ups loop). */
 	uint32_t word = 0;
-	while (pvrt_futex_wait(&word, 0, CLOCK_MONOTONIC, &ts) == 0)
+	while (rt_futex_wait(&word, 0, CLOCK_MONOTONIC, &ts) == 0)
 		;
 	return 0;
 }

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The hint-aware policy (the default): the random policy's decisions, reordered by where work
- * will run soon. A worker's vCPU is rated as pvrt_futex rates a waiter's: 2 its physical CPU is
+ * will run soon. A worker's vCPU is rated as rt_futex rates a waiter's: 2 its physical CPU is
  * idle (a wake-up there runs at once), 1 not preempted, 0 preempted by the host.
  *   wake_target: the waker's own worker (it runs, and the woken ULT likely shares its data);
  *                for a foreign waker the ULT's last worker unless its vCPU is preempted, else

@@ -19,6 +19,8 @@
 #include <pvrt/mutex.h>
 #include <pvrt/pvhint.h>
 
+#include "pvrt_os.h"
+
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -39,15 +41,6 @@ enum lw_kind {
 static const char *const lw_names[LW_NKINDS] = {
     "pvrt", "pvrt_nohints", "glibc", "glibc_adaptive", "pthread_spin", "ticket", "mcs"};
 
-static inline void lw_relax(void)
-{
-#if defined(__x86_64__)
-	__builtin_ia32_pause();
-#elif defined(__aarch64__)
-	__asm__ volatile("yield" ::: "memory");
-#endif
-}
-
 /* ---- ticket lock (baseline): FIFO, everyone spins on 'serving' ---- */
 struct lw_ticket {
 	uint32_t next, serving;
@@ -57,7 +50,7 @@ static inline void lw_ticket_lock(struct lw_ticket *t)
 	/* Relaxed: taking a number orders nothing; the acquire load below does. */
 	uint32_t me = __atomic_fetch_add(&t->next, 1, __ATOMIC_RELAXED);
 	while (__atomic_load_n(&t->serving, __ATOMIC_ACQUIRE) != me)
-		lw_relax();
+		os_cpu_relax();
 }
 static inline void lw_ticket_unlock(struct lw_ticket *t)
 {
@@ -84,7 +77,7 @@ static inline void lw_mcs_lock(struct lw_mcs *l, struct lw_mcs_node *n)
 	/* Release: our node is complete before the predecessor can see it. */
 	__atomic_store_n(&prev->next, n, __ATOMIC_RELEASE);
 	while (__atomic_load_n(&n->locked, __ATOMIC_ACQUIRE))
-		lw_relax();
+		os_cpu_relax();
 }
 static inline void lw_mcs_unlock(struct lw_mcs *l, struct lw_mcs_node *n)
 {
@@ -96,7 +89,7 @@ static inline void lw_mcs_unlock(struct lw_mcs *l, struct lw_mcs_node *n)
 						__ATOMIC_RELAXED))
 			return;
 		while (!(next = __atomic_load_n(&n->next, __ATOMIC_ACQUIRE)))
-			lw_relax();
+			os_cpu_relax();
 	}
 	/* Release: hand the lock (and our critical section) to the successor. */
 	__atomic_store_n(&next->locked, 0, __ATOMIC_RELEASE);

@@ -13,6 +13,7 @@
  */
 #define _GNU_SOURCE
 #include "pvrt_bench.h"
+#include "pvrt_os.h"
 
 #include <pvrt/pvhint.h>
 
@@ -103,19 +104,12 @@ static pvhint_t *hscript;
 static uint64_t spin_ts;
 static int spin_stop;
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 static void *spinner(void *arg)
 {
 	(void)arg;
 	pvhint_emu_attach(hscript, 1);
 	while (!__atomic_load_n(&spin_stop, __ATOMIC_ACQUIRE))
-		__atomic_store_n(&spin_ts, now_ns(), __ATOMIC_RELEASE);
+		__atomic_store_n(&spin_ts, os_now_ns(), __ATOMIC_RELEASE);
 	pvhint_emu_detach(hscript);
 	return NULL;
 }
@@ -162,10 +156,10 @@ static void BM_emu_deschedule(pvrt_bench_state *st)
 	__atomic_store_n(&spin_stop, 0, __ATOMIC_RELAXED);
 	pthread_create(&th, NULL, spinner, NULL);
 	while (pvrt_bench_keep_running(st)) {
-		wait_running(now_ns());
-		uint64_t t0 = now_ns();
+		wait_running(os_now_ns());
+		uint64_t t0 = os_now_ns();
 		pvhint_emu_deschedule(hscript, 1, 0);
-		uint64_t t1 = now_ns();
+		uint64_t t1 = os_now_ns();
 		lat_add(st, t1 - t0);
 		pvhint_emu_resume(hscript, 1);
 	}
@@ -185,15 +179,15 @@ static void BM_emu_resume(pvrt_bench_state *st)
 	__atomic_store_n(&spin_stop, 0, __ATOMIC_RELAXED);
 	pthread_create(&th, NULL, spinner, NULL);
 	while (pvrt_bench_keep_running(st)) {
-		wait_running(now_ns());
+		wait_running(os_now_ns());
 		pvhint_emu_deschedule(hscript, 1, 0);
-		uint64_t t0 = now_ns();
+		uint64_t t0 = os_now_ns();
 		pvhint_emu_resume(hscript, 1);
-		uint64_t tc = now_ns();
+		uint64_t tc = os_now_ns();
 		if (ncall < NLAT)
 			call[ncall++] = (double)(tc - t0) / 1e3;
 		wait_running(t0);
-		uint64_t t1 = now_ns();
+		uint64_t t1 = os_now_ns();
 		lat_add(st, t1 - t0);
 	}
 	lat_report(st);

@@ -3,6 +3,8 @@
  * bench_ult: pvrt ULT costs beside Boost.Fiber's (boost_fiber.cc), in one run.
  *
  *   BM_create_join/pvrt    create a ULT and join it, one worker
+ *   BM_create_join_batch/pvrt/N  create N ULTs, then join all N, one worker; time per ULT
+ *                          (a program starting N threads at once: stacks must not fall off a cache)
  *   BM_yield/pvrt          two ULTs ping-pong with yield on one worker; time per yield
  *   BM_create_join/pvrt_tls, BM_yield/pvrt_tls: the same, each ULT with its own glibc TLS
  *   BM_wake_latency/...    waker's store+wake to the wakee running, manual time (median is the
@@ -16,6 +18,7 @@
  */
 #define _GNU_SOURCE
 #include "pvrt_bench.h"
+#include "pvrt_os.h"
 
 #include <pvrt/runtime.h>
 #include <pvrt/thread.h>
@@ -33,13 +36,6 @@
 
 /* The futex primitive of libpvrt (internal, hidden): the benchmark uses the public wrappers. */
 void boost_fiber_register(void);
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 /* Set by the *_tls variants: every ULT gets its own glibc TLS (M:N mode's per-ULT TLS). */
 static int bench_tls;
@@ -76,6 +72,24 @@ static void BM_create_join(pvrt_bench_state *st)
 			pvrt_thread_join(t, NULL);
 		}
 	pvrt_finalize();
+}
+
+static void BM_create_join_batch(pvrt_bench_state *st)
+{
+	const int64_t n = pvrt_bench_arg(st, 0);
+	pvrt_thread_t *t = malloc((size_t)n * sizeof(*t));
+	if (!t || start(st, 1, 0, NULL)) {
+		free(t);
+		return;
+	}
+	while (pvrt_bench_keep_running_batch(st, n)) {
+		for (int64_t i = 0; i < n; i++)
+			pvrt_thread_create(&t[i], NULL, nop, NULL);
+		for (int64_t i = 0; i < n; i++)
+			pvrt_thread_join(t[i], NULL);
+	}
+	pvrt_finalize();
+	free(t);
 }
 
 static void *yield_loop(void *a)
@@ -132,7 +146,7 @@ static void *wl_waiter(void *a)
 	while (!wl_stop) {
 		while (__atomic_load_n(&wl_word, __ATOMIC_ACQUIRE) == seen)
 			pvrt_bench_futex_wait(&wl_word, seen);
-		wl_t1 = now_ns();
+		wl_t1 = os_now_ns();
 		seen = __atomic_load_n(&wl_word, __ATOMIC_ACQUIRE);
 	}
 	return NULL;
@@ -166,7 +180,7 @@ static void wl_loop(pvrt_bench_state *st, int (*wake)(uint32_t *))
 		struct timespec d = {0, 2000000};
 		nanosleep(&d, NULL);
 		wl_t1 = 0;
-		uint64_t t0 = now_ns();
+		uint64_t t0 = os_now_ns();
 		__atomic_add_fetch(&wl_word, 1, __ATOMIC_RELEASE);
 		wake(&wl_word);
 		while (!wl_t1)
@@ -205,7 +219,7 @@ static void BM_wake_latency_pvrt(pvrt_bench_state *st)
 
 static int kwake(uint32_t *w)
 {
-	return (int)syscall(SYS_futex, w, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+	return os_futex_wake(w, 1);
 }
 
 static void pin(int cpu)
@@ -223,8 +237,8 @@ static void *kwaiter(void *a)
 	uint32_t seen = 0;
 	while (!wl_stop) {
 		while (__atomic_load_n(&wl_word, __ATOMIC_ACQUIRE) == seen)
-			syscall(SYS_futex, &wl_word, FUTEX_WAIT_PRIVATE, seen, NULL, NULL, 0);
-		wl_t1 = now_ns();
+			os_futex_wait(&wl_word, seen, NULL);
+		wl_t1 = os_now_ns();
 		seen = __atomic_load_n(&wl_word, __ATOMIC_ACQUIRE);
 	}
 	return NULL;
@@ -323,6 +337,11 @@ int main(int argc, char **argv)
 	/* Fixed placement: the benchmark runtimes pick their own worker counts. */
 	unsetenv("PVRT_WORKERS");
 	pvrt_bench_unit_ns(pvrt_bench_register("BM_create_join/pvrt", BM_create_join));
+	static const int64_t batch[] = {1, 16, 17, 64, 1000, 10000};
+	for (size_t i = 0; i < sizeof(batch) / sizeof(batch[0]); i++)
+		pvrt_bench_unit_ns(pvrt_bench_args(
+		    pvrt_bench_register("BM_create_join_batch/pvrt", BM_create_join_batch), 1,
+		    &batch[i]));
 	pvrt_bench_unit_ns(pvrt_bench_register("BM_yield/pvrt", BM_yield));
 	pvrt_bench_unit_ns(pvrt_bench_register("BM_create_join/pvrt_tls", BM_create_join_tls));
 	pvrt_bench_unit_ns(pvrt_bench_register("BM_yield/pvrt_tls", BM_yield_tls));

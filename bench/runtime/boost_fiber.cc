@@ -33,6 +33,21 @@ static void BM_create_join_boost(pvrt_bench_state *st)
 		}
 }
 
+/* Create N fibers, then join all N; time per fiber (as BM_create_join_batch/pvrt). */
+static void BM_create_join_batch_boost(pvrt_bench_state *st)
+{
+	const int64_t n = pvrt_bench_arg(st, 0);
+	std::vector<bf::fiber> f;
+	f.reserve(size_t(n));
+	while (pvrt_bench_keep_running_batch(st, n)) {
+		for (int64_t i = 0; i < n; i++)
+			f.emplace_back([] {});
+		for (auto &x : f)
+			x.join();
+		f.clear();
+	}
+}
+
 static void BM_yield_boost(pvrt_bench_state *st)
 {
 	const long k = 100000;
@@ -116,6 +131,11 @@ static void BM_idle_cpu_boost(pvrt_bench_state *st)
 extern "C" void boost_fiber_register(void)
 {
 	pvrt_bench_unit_ns(pvrt_bench_register("BM_create_join/boost_fiber", BM_create_join_boost));
+	for (int64_t n : {1, 16, 17, 64, 1000, 10000})
+		pvrt_bench_unit_ns(
+		    pvrt_bench_args(pvrt_bench_register("BM_create_join_batch/boost_fiber",
+							BM_create_join_batch_boost),
+				    1, &n));
 	pvrt_bench_unit_ns(pvrt_bench_register("BM_yield/boost_fiber", BM_yield_boost));
 	pvrt_bench *b = pvrt_bench_register("BM_wake_latency/boost_fiber", BM_wake_latency_boost);
 	pvrt_bench_unit_us(pvrt_bench_manual_time(pvrt_bench_iterations(b, 300)));

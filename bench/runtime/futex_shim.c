@@ -9,10 +9,10 @@ int pvrt_bench_futex_wake(uint32_t *addr);
 
 int pvrt_bench_futex_wait(uint32_t *addr, uint32_t expected)
 {
-	return pvrt_futex_wait(addr, expected, CLOCK_MONOTONIC, NULL);
+	return rt_futex_wait(addr, expected, CLOCK_MONOTONIC, NULL);
 }
 
 int pvrt_bench_futex_wake(uint32_t *addr)
 {
-	return pvrt_futex_wake(addr, INT_MAX);
+	return rt_futex_wake(addr, INT_MAX);
 }

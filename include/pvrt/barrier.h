@@ -13,8 +13,9 @@
 
 PVRT_BEGIN_DECLS
 
-/* Returned to exactly one thread of each round (glibc's PTHREAD_BARRIER_SERIAL_THREAD). */
-#define PVRT_BARRIER_SERIAL_THREAD (-1)
+/* Returned to exactly one thread of each round. Positive, so distinct from 0 and from every
+ * negative errno (glibc's PTHREAD_BARRIER_SERIAL_THREAD is -1, which is -EPERM here). */
+#define PVRT_BARRIER_SERIAL_THREAD 1
 
 typedef struct pvrt_barrier {
 	uint32_t count;	  /* threads per round */
@@ -25,11 +26,15 @@ typedef struct pvrt_barrier {
 	uint32_t pad[3];
 } pvrt_barrier_t;
 
-/* count >= 1, else -EINVAL. */
+/* count >= 1, else -EINVAL.
+ * Context: ULT, thread, fork. */
 PVRT_API int pvrt_barrier_init(pvrt_barrier_t *b, unsigned count);
-/* Waits until the threads of the last round have left. */
+/* Waits until the threads of the last round have left.
+ * Context: ULT, thread, fork. */
 PVRT_API int pvrt_barrier_destroy(pvrt_barrier_t *b);
-/* PVRT_BARRIER_SERIAL_THREAD for one thread of the round, 0 for the others. */
+/* PVRT_BARRIER_SERIAL_THREAD for one thread of the round, 0 for the others, or a negative
+ * errno.
+ * Context: ULT, thread, fork. */
 PVRT_API int pvrt_barrier_wait(pvrt_barrier_t *b);
 
 PVRT_END_DECLS

@@ -2,14 +2,20 @@
 /*
  * pvrt_cond: condition variable.
  *
- * Each waiter queues a node on its own stack and parks on the node. signal
- * wakes the oldest waiter. broadcast detaches the whole queue and wakes only
- * its first waiter; each woken waiter wakes the next one as soon as it runs,
- * before it locks the mutex again, so the wake-ups reach the mutex one after
- * another rather than as one herd, and only the head of the mutex's spinner
- * queue polls its word. (Passing the wake-up on only once the mutex is held
- * again -- wait morphing -- deadlocks a destroy under the mutex right after a
- * broadcast; locks/model/cond.pml shows it.)
+ * Each waiter queues a node on its own stack and parks on the node.
+ *
+ * signal wakes the waiter that will run soonest by the hints (its physical CPU
+ * idle, else its vCPU not preempted), among the 8 oldest, the oldest among
+ * equals; a waiter passed over 4 times goes next, so hints reorder signals by
+ * a bounded amount. Without hints, signal wakes the oldest waiter.
+ *
+ * broadcast detaches the whole queue and wakes only its first waiter; each
+ * woken waiter wakes the next one as soon as it runs, before it locks the
+ * mutex again, so the wake-ups reach the mutex one after another rather than
+ * as one herd, and only the head of the mutex's spinner queue polls its word.
+ * (Passing the wake-up on only once the mutex is held again -- wait morphing
+ * -- deadlocks a destroy under the mutex right after a broadcast;
+ * locks/model/cond.pml shows it.)
  *
  * Fits in glibc's 48-byte pthread_cond_t; all zero is a valid condvar using
  * CLOCK_REALTIME. Spurious wake-ups are possible, as POSIX allows.
@@ -21,6 +27,7 @@
 #include <pvrt/mutex.h>
 
 #include <stdint.h>
+#include <sys/types.h> /* clockid_t, also under strict ISO C */
 #include <time.h>
 
 PVRT_BEGIN_DECLS
@@ -30,28 +37,35 @@ typedef struct pvrt_cond {
 	uint32_t clock;		     /* 0: CLOCK_REALTIME, 1: CLOCK_MONOTONIC */
 	struct pvrt_cond_node *head; /* oldest waiter */
 	struct pvrt_cond_node *tail;
-	uint32_t pad[3];
+	uint32_t pad[3]; /* [0]: waiters' references, [1]: the queue's fork generation (cond.c) */
 	uint32_t
 	    glibc_wrefs; /* offset of glibc's __wrefs: bit 0 marks a process-shared glibc cond */
 	uint32_t pad2[2];
 } pvrt_cond_t;
 
-#define PVRT_COND_INITIALIZER                                                                      \
-	{                                                                                          \
-		0                                                                                  \
-	}
+#define PVRT_COND_INITIALIZER PVRT_ZERO_INITIALIZER
 
-/* clk: CLOCK_REALTIME or CLOCK_MONOTONIC (used by pvrt_cond_timedwait); -EINVAL otherwise. */
+/* clk: CLOCK_REALTIME or CLOCK_MONOTONIC (used by pvrt_cond_timedwait); -EINVAL otherwise.
+ * Context: ULT, thread, fork. */
 PVRT_API int pvrt_cond_init(pvrt_cond_t *c, clockid_t clk);
-/* -EBUSY while threads wait. */
+/* -EBUSY while threads wait.
+ * Context: ULT, thread, fork. */
 PVRT_API int pvrt_cond_destroy(pvrt_cond_t *c);
+/* Unlock m, wait for a signal or broadcast, lock m again (also after a spurious wake-up).
+ * Context: ULT, thread, fork. */
 PVRT_API int pvrt_cond_wait(pvrt_cond_t *c, pvrt_mutex_t *m);
-/* abstime on the condvar's clock; -ETIMEDOUT, -EINVAL for a bad timespec. */
+/* abstime on the condvar's clock; -ETIMEDOUT, -EINVAL for a bad timespec.
+ * Context: ULT, thread, fork. */
 PVRT_API int pvrt_cond_timedwait(pvrt_cond_t *c, pvrt_mutex_t *m, const struct timespec *abstime);
-/* abstime on clk (CLOCK_REALTIME or CLOCK_MONOTONIC). */
+/* abstime on clk (CLOCK_REALTIME or CLOCK_MONOTONIC).
+ * Context: ULT, thread, fork. */
 PVRT_API int pvrt_cond_clockwait(pvrt_cond_t *c, pvrt_mutex_t *m, clockid_t clk,
 				 const struct timespec *abstime);
+/* Wake one waiter if any (the one that will run soonest; see above).
+ * Context: ULT, thread, fork. */
 PVRT_API int pvrt_cond_signal(pvrt_cond_t *c);
+/* Wake every waiter queued now, one after another (see above).
+ * Context: ULT, thread, fork. */
 PVRT_API int pvrt_cond_broadcast(pvrt_cond_t *c);
 
 PVRT_END_DECLS

@@ -19,13 +19,17 @@ typedef uint32_t pvrt_key_t;
 #define PVRT_KEYS_MAX		       256
 #define PVRT_KEY_DESTRUCTOR_ITERATIONS 4
 
-/* -EAGAIN when PVRT_KEYS_MAX keys exist. */
+/* -EAGAIN when PVRT_KEYS_MAX keys exist.
+ * Context: ULT, thread. */
 PVRT_API int pvrt_key_create(pvrt_key_t *key, void (*destructor)(void *));
-/* -EINVAL for a key that does not exist. Values are not destroyed (as pthread_key_delete). */
+/* -EINVAL for a key that does not exist. Values are not destroyed (as pthread_key_delete).
+ * Context: ULT, thread. */
 PVRT_API int pvrt_key_delete(pvrt_key_t key);
-/* -EINVAL for a deleted or bad key; -ENOMEM if the value table cannot be allocated. */
+/* -EINVAL for a deleted or bad key; -ENOMEM if the value table cannot be allocated.
+ * Context: ULT, thread (its own values). */
 PVRT_API int pvrt_key_set(pvrt_key_t key, const void *value);
-/* NULL for a bad key or no value. */
+/* NULL for a bad key or no value.
+ * Context: ULT, thread (its own values). */
 PVRT_API void *pvrt_key_get(pvrt_key_t key);
 
 PVRT_END_DECLS

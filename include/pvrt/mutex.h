@@ -21,6 +21,7 @@
 #include <pvrt/export.h>
 
 #include <stdint.h>
+#include <sys/types.h> /* clockid_t, also under strict ISO C */
 #include <time.h>
 
 PVRT_BEGIN_DECLS
@@ -52,31 +53,35 @@ typedef struct pvrt_mutex {
 #define PVRT_MUTEX_WAITERS 2u /* someone may be parked on 'word' */
 #define PVRT_MUTEX_HANDOFF 4u /* a starving waiter asked for the lock to be handed to it */
 
-#define PVRT_MUTEX_INITIALIZER                                                                     \
-	{                                                                                          \
-		0                                                                                  \
-	}
+/* Static initialisers (C and C++17: positional, every field, as -Wextra wants). */
+#define PVRT_MUTEX_INITIALIZER PVRT_ZERO_INITIALIZER
 #define PVRT_RECURSIVE_MUTEX_INITIALIZER                                                           \
 	{                                                                                          \
-		.kind = PVRT_MUTEX_RECURSIVE                                                       \
+		0, 0, 0, 0, 0, PVRT_MUTEX_RECURSIVE, 0, 0, 0                                       \
 	}
 #define PVRT_ERRORCHECK_MUTEX_INITIALIZER                                                          \
 	{                                                                                          \
-		.kind = PVRT_MUTEX_ERRORCHECK                                                      \
+		0, 0, 0, 0, 0, PVRT_MUTEX_ERRORCHECK, 0, 0, 0                                      \
 	}
 
-/* type: PVRT_MUTEX_*; -EINVAL otherwise. */
+/* type: PVRT_MUTEX_*; -EINVAL otherwise.
+ * Context: ULT, thread, fork. */
 PVRT_API int pvrt_mutex_init(pvrt_mutex_t *m, int type);
-/* -EBUSY if locked. */
+/* -EBUSY if locked.
+ * Context: ULT, thread, fork. */
 PVRT_API int pvrt_mutex_destroy(pvrt_mutex_t *m);
-/* -EDEADLK (errorcheck relock), -EAGAIN (recursion count overflow). */
+/* -EDEADLK (errorcheck relock), -EAGAIN (recursion count overflow).
+ * Context: ULT, thread, fork. */
 PVRT_API int pvrt_mutex_lock(pvrt_mutex_t *m);
-/* -EBUSY when held (also by the caller, unless recursive). */
+/* -EBUSY when held (also by the caller, unless recursive).
+ * Context: ULT, thread, fork. */
 PVRT_API int pvrt_mutex_trylock(pvrt_mutex_t *m);
 /* Lock before the absolute time abstime on clk (CLOCK_REALTIME or CLOCK_MONOTONIC):
- * -ETIMEDOUT, or -EINVAL for a bad clock or a bad timespec when the call has to wait. */
+ * -ETIMEDOUT, or -EINVAL for a bad clock or a bad timespec when the call has to wait.
+ * Context: ULT, thread, fork. */
 PVRT_API int pvrt_mutex_timedlock(pvrt_mutex_t *m, clockid_t clk, const struct timespec *abstime);
-/* -EPERM when a recursive or errorcheck mutex is not held by the caller. */
+/* -EPERM when a recursive or errorcheck mutex is not held by the caller.
+ * Context: ULT, thread, fork. */
 PVRT_API int pvrt_mutex_unlock(pvrt_mutex_t *m);
 
 PVRT_END_DECLS

@@ -46,32 +46,43 @@ struct pvhint_options {
 	const char *kvm_path; /* page to map for kvm; NULL: $PVRT_HINT_DEV, else PVHINT_DEV_PATH */
 };
 
-/* Open a handle (opts may be NULL: everything from the environment). */
+/* Open a handle (opts may be NULL: everything from the environment).
+ * Context: ULT, thread, fork (a child opens its own emulator). */
 PVRT_API int pvhint_open(const struct pvhint_options *opts, pvhint_t **out);
+/* Close h (NULL: no-op); not the handle of pvhint_default(), which others share.
+ * Context: ULT, thread, fork. */
 PVRT_API void pvhint_close(pvhint_t *h);
 
 /* The process-wide handle used by the runtime and locks, opened from the environment on first
- * call (thread-safe). On failure returns the error and leaves *out at a handle of source none. */
+ * call (thread-safe). On failure returns the error and leaves *out at a handle of source none.
+ * Context: ULT, thread, fork (the parent's handle, inert there if emu). */
 PVRT_API int pvhint_default(pvhint_t **out);
 
-/* Why the last call on this thread failed (a static or thread-local string). */
+/* Why the last call on this thread failed (a static or thread-local string).
+ * Context: any. */
 PVRT_API const char *pvhint_errmsg(void);
 
-/* The header of the mapped page (source, valid bits, ...). */
+/* The header of the mapped page (source, valid bits, ...).
+ * Context: any. */
 PVRT_API const struct pvhint_header *pvhint_header(const pvhint_t *h);
-/* "kvm", "emu", "bpf" or "none". */
+/* "kvm", "emu", "bpf" or "none".
+ * Context: any. */
 PVRT_API const char *pvhint_source_name(const pvhint_t *h);
-/* Why 'auto' chose the source it chose ("" when nothing to say): the one-line notice. */
+/* Why 'auto' chose the source it chose ("" when nothing to say): the one-line notice.
+ * Context: any. */
 PVRT_API const char *pvhint_note(const pvhint_t *h);
 
 /* ---- queries: one load from the page each ---- */
 
+/* The number of vCPU records (vCPUs 0 .. n-1).
+ * Context: any. */
 static inline uint32_t pvhint_nr_vcpus(const pvhint_t *h)
 {
 	return h->nr;
 }
 
-/* Is vCPU v held descheduled by the host though runnable? */
+/* Is vCPU v held descheduled by the host though runnable?
+ * Context: any. */
 static inline bool pvhint_vcpu_preempted(const pvhint_t *h, unsigned v)
 {
 	/* Relaxed: a hint; the host (or emulator) writes it concurrently. */
@@ -79,13 +90,15 @@ static inline bool pvhint_vcpu_preempted(const pvhint_t *h, unsigned v)
 	       (__atomic_load_n(&h->rec[v].preempted, __ATOMIC_RELAXED) & PVHINT_PREEMPTED);
 }
 
-/* Is the physical CPU under vCPU v idle, so a wake-up sent there runs at once? */
+/* Is the physical CPU under vCPU v idle, so a wake-up sent there runs at once?
+ * Context: any. */
 static inline bool pvhint_pcpu_idle(const pvhint_t *h, unsigned v)
 {
 	return v < h->nr && __atomic_load_n(&h->rec[v].is_idle, __ATOMIC_RELAXED);
 }
 
-/* Steal time of vCPU v in ns: a consistent read under the record's version counter. */
+/* Steal time of vCPU v in ns: a consistent read under the record's version counter.
+ * Context: any. */
 PVRT_API uint64_t pvhint_steal(const pvhint_t *h, unsigned v);
 
 /* ---- which vCPU the calling thread is on ---- */
@@ -102,6 +115,7 @@ PVRT_API extern __thread int pvhint_tls_vcpu __attribute__((tls_model("initial-e
  * ULT on that thread (a word's offset from the thread pointer is the same in every block), so a
  * stop signal or a hint read in the ULT sees the kernel thread's attachment. Fills up to max
  * entries and returns how many there are.
+ * Context: any.
  */
 struct pvhint_tls_word {
 	void *addr; /* in the calling thread's TLS */
@@ -109,10 +123,12 @@ struct pvhint_tls_word {
 };
 PVRT_API unsigned pvhint_thread_tls_words(struct pvhint_tls_word *out, unsigned max);
 
-/* sched_getcpu(), for kernels or glibc tunables without rseq. */
+/* sched_getcpu(), for kernels or glibc tunables without rseq.
+ * Context: any. */
 PVRT_API int pvhint_cpu_slow(void);
 
-/* The CPU the kernel runs this thread on now: rseq's cpu_id (one load), else sched_getcpu(). */
+/* The CPU the kernel runs this thread on now: rseq's cpu_id (one load), else sched_getcpu().
+ * Context: any. */
 static inline int pvhint_cpu_now(void)
 {
 #if defined(__x86_64__) || defined(__aarch64__)
@@ -127,7 +143,8 @@ static inline int pvhint_cpu_now(void)
 	return pvhint_cpu_slow();
 }
 
-/* The vCPU the calling thread runs on: its emulated vCPU when attached to one, else the CPU. */
+/* The vCPU the calling thread runs on: its emulated vCPU when attached to one, else the CPU.
+ * Context: any. */
 static inline int pvhint_self_vcpu(void)
 {
 	int v = pvhint_tls_vcpu;
@@ -140,9 +157,12 @@ static inline int pvhint_self_vcpu(void)
  * whose attached threads are parked as halted: not preempted, and its pCPU may be idle. A wait
  * bracketed by these two is never interrupted by the emulator's stop signal (no EINTR, even for
  * a timed futex wait), and unpark() returns only once the thread's vCPU runs. The runtime's
- * kernel waits (pvrt_futex_wait) should be bracketed this way. Cheap no-ops for other sources
- * and for threads not attached to h. Must be paired on the same thread. */
+ * kernel waits (pvrt's futex waits) should be bracketed this way. Cheap no-ops for other sources
+ * and for threads not attached to h. Must be paired on the same thread.
+ * Context: thread, ULT (for its worker); fork (no-op for an inherited emulator). */
 PVRT_API void pvhint_thread_park(pvhint_t *h);
+/* The calling thread has woken (see pvhint_thread_park).
+ * Context: thread, ULT (for its worker); fork (no-op for an inherited emulator). */
 PVRT_API void pvhint_thread_unpark(pvhint_t *h);
 
 /* ---- overcommit emulator (source emu) ----
@@ -167,10 +187,12 @@ PVRT_API void pvhint_thread_unpark(pvhint_t *h);
  *                 vCPU whose threads are all parked or sleeping in the kernel (futex, read,
  *                 nanosleep, ...) is halted, as a guest vCPU in HLT (0: only parked threads
  *                 halt a vCPU; script and random modes never sample)
- *   export=PATH   also publish the page in the file PATH (e.g. /dev/shm/pvrt-emu), removed at
- *                 close: other processes read the emulated hints with the kvm source
+ *   export=PATH   also publish the page in the new file PATH (e.g. /dev/shm/pvrt-emu; -EEXIST
+ *                 if PATH exists, even as a symbolic link), removed at close and at exit:
+ *                 other processes read the emulated hints with the kvm source
  *                 (PVRT_HINTS=kvm PVRT_HINT_DEV=PATH), e.g. pvhint-top
- * A bad key or value is -EINVAL with pvhint_errmsg() naming it.
+ * A bad key or value is -EINVAL with pvhint_errmsg() naming it (also: nan or inf durations, a
+ * negative seed, pcpus > vcpus, duty=1 with mode=noisy). Setuid programs read no PVRT_*.
  *
  * A descheduled vCPU's attached threads are really stopped (a signal whose handler blocks until
  * the vCPU runs again), except threads blocked in the kernel, which are left alone so that no
@@ -187,16 +209,25 @@ PVRT_API void pvhint_thread_unpark(pvhint_t *h);
  */
 
 /* Attach the calling thread to emulated vCPU v (-EINVAL if out of range; -ENOTSUP unless emu).
- * From then on it is stopped whenever v is descheduled. */
+ * From then on it is stopped whenever v is descheduled.
+ * Context: thread (a ULT attaches its worker's kernel thread); fork: -ECHILD for an inherited
+ * emulator. */
 PVRT_API int pvhint_emu_attach(pvhint_t *h, unsigned v);
-/* Attach to vCPU (n++ % vcpus): the placement pvrt-run uses for application threads. */
+/* Attach to vCPU (n++ % vcpus): the placement pvrt-run uses for application threads.
+ * Context: thread (a ULT attaches its worker's kernel thread); fork: -ECHILD for an inherited
+ * emulator. */
 PVRT_API int pvhint_emu_attach_next(pvhint_t *h);
+/* Detach the calling thread from its emulated vCPU (-ENOTSUP unless emu).
+ * Context: thread, ULT (as attach); fork: -ECHILD for an inherited emulator. */
 PVRT_API int pvhint_emu_detach(pvhint_t *h);
 /* Scripted (mode=script): deschedule v now for ns nanoseconds (0: until resumed); resume v now.
  * deschedule returns once 'preempted' is set (if v is runnable) and every attached thread running
  * user code has stopped (bounded by ack_timeout); resume once the threads are released and
- * 'preempted' is cleared. -EDEADLK when the caller is attached to v itself. */
+ * 'preempted' is cleared. -EDEADLK when the caller is attached to v itself.
+ * Context: ULT, thread; fork: -ECHILD for an inherited emulator. */
 PVRT_API int pvhint_emu_deschedule(pvhint_t *h, unsigned v, uint64_t ns);
+/* Resume v now (script mode; see pvhint_emu_deschedule).
+ * Context: ULT, thread; fork: -ECHILD for an inherited emulator. */
 PVRT_API int pvhint_emu_resume(pvhint_t *h, unsigned v);
 
 /* Counters of emulated vCPU v (totals since open). */
@@ -212,10 +243,14 @@ struct pvhint_emu_stats {
 	uint32_t ksleep;       /* of which seen sleeping in the kernel at the last sample */
 	uint64_t samples;      /* kernel-state samples taken (the ksleep sampling's cost) */
 };
+/* Counters of emulated vCPU v into *out; -EINVAL if v is out of range.
+ * Context: ULT, thread; fork: -ECHILD for an inherited emulator. */
 PVRT_API int pvhint_emu_stats(pvhint_t *h, unsigned v, struct pvhint_emu_stats *out);
-/* The stop signal number in use, or a negative errno unless emu. */
+/* The stop signal number in use, or a negative errno unless emu.
+ * Context: ULT, thread; fork: -ECHILD for an inherited emulator. */
 PVRT_API int pvhint_emu_signal(pvhint_t *h);
-/* "slice", "noisy", "script" or "random"; NULL unless emu. */
+/* "slice", "noisy", "script" or "random"; NULL unless emu.
+ * Context: any. */
 PVRT_API const char *pvhint_emu_mode(pvhint_t *h);
 
 PVRT_END_DECLS

@@ -30,8 +30,14 @@ PVRT_BEGIN_DECLS
 
 #define PVRT_MAX_WORKERS 256
 
-/* Zero or NULL fields take the value of the environment variable named, else the default. */
+/*
+ * Zero or NULL fields take the value of the environment variable named, else the default.
+ * 'size' is the struct's size as the program was compiled (pvrt_config_init sets it): fields
+ * are only ever appended, and a library newer than the program takes the default for fields
+ * past 'size'. Initialise with pvrt_config_init() or PVRT_CONFIG_INIT.
+ */
 struct pvrt_config {
+	uint32_t size;		/* sizeof(struct pvrt_config); 0 (not initialised): -EINVAL */
 	unsigned workers;	/* $PVRT_WORKERS; default: number of CPUs in 'cpus' */
 	const char *cpus;	/* $PVRT_CPUS, e.g. "0-3,6"; default: the affinity mask */
 	size_t stack_size;	/* $PVRT_STACK_SIZE (bytes, k/m suffix); default 64 KiB */
@@ -47,26 +53,47 @@ struct pvrt_config {
 				 * it; -ENOSYS where glibc's TLS allocator cannot be found */
 };
 
-/* Fill c with zeros (every field from the environment or its default). */
-PVRT_API void pvrt_config_init(struct pvrt_config *c);
+/* Every field from the environment or its default (C and C++). Lists every field (-Wextra
+ * warns about a missing one): extend it with the struct. */
+#define PVRT_CONFIG_INIT                                                                           \
+	{                                                                                          \
+		sizeof(struct pvrt_config), 0, NULL, 0, NULL, 0, 0, NULL, 0, 0, 0                  \
+	}
 
-/* Start the runtime (c may be NULL). -EBUSY if already running, -EINVAL for a bad setting. */
+/* Set c to PVRT_CONFIG_INIT. Inline: the size is the program's.
+ * Context: any. */
+static inline void pvrt_config_init(struct pvrt_config *c)
+{
+	const struct pvrt_config z = PVRT_CONFIG_INIT;
+	*c = z;
+}
+
+/* Start the runtime (c may be NULL). -EBUSY if already running, -EINVAL for a bad setting.
+ * Context: thread (it becomes the primary ULT); fork only if the parent's runtime was not running.
+ */
 PVRT_API int pvrt_init(const struct pvrt_config *c);
 
-/* Stop it (see above). -EPERM unless called by the primary ULT; -ENXIO if not running. */
+/* Stop it (see above). -EPERM unless called by the primary ULT; -ENXIO if not running.
+ * Context: the primary ULT only. */
 PVRT_API int pvrt_finalize(void);
 
-/* Why the last pvrt call on this thread failed. */
+/* Why the last pvrt call on this thread failed.
+ * Context: any. */
 PVRT_API const char *pvrt_errmsg(void);
 
-/* Number of workers (0 when not running). */
+/* Number of workers (0 when not running).
+ * Context: any. */
 PVRT_API unsigned pvrt_nworkers(void);
 
-/* Index of the worker running the caller, or -1 for a foreign thread. */
+/* Index of the worker running the caller, or -1 for a foreign thread.
+ * Context: any. */
 PVRT_API int pvrt_worker_self(void);
 
-/* Counters summed over workers since init. */
+/* Counters summed over workers since init. Fields are only ever appended; 'size' says how many
+ * bytes the library filled (a library older than the program leaves the fields past them 0). */
 struct pvrt_stats {
+	uint32_t size;	/* out: bytes filled */
+	uint32_t flags; /* out: 0 (reserved) */
 	uint64_t ults_created;
 	uint64_t switches;
 	uint64_t steals;
@@ -77,7 +104,16 @@ struct pvrt_stats {
 	uint64_t timer_arms;  /* programmings of a worker's timer deadline */
 	uint64_t timer_fires; /* expiries of a programmed deadline */
 };
-PVRT_API int pvrt_stats_get(struct pvrt_stats *s);
+/* Fill the first 'size' bytes of *s (size: the program's sizeof(struct pvrt_stats)). -EINVAL for
+ * NULL or a size below the header, -ENXIO when the runtime is not running.
+ * Context: ULT, thread. */
+PVRT_API int pvrt_stats_read(struct pvrt_stats *s, size_t size);
+/* pvrt_stats_read with the program's size.
+ * Context: ULT, thread. */
+static inline int pvrt_stats_get(struct pvrt_stats *s)
+{
+	return pvrt_stats_read(s, sizeof(*s));
+}
 
 PVRT_END_DECLS
 

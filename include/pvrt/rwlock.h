@@ -14,6 +14,7 @@
 #include <pvrt/export.h>
 
 #include <stdint.h>
+#include <sys/types.h> /* clockid_t, also under strict ISO C */
 #include <time.h>
 
 PVRT_BEGIN_DECLS
@@ -38,23 +39,36 @@ typedef struct pvrt_rwlock {
 	uint32_t pad2;
 } pvrt_rwlock_t;
 
-#define PVRT_RWLOCK_INITIALIZER                                                                    \
-	{                                                                                          \
-		0                                                                                  \
-	}
+#define PVRT_RWLOCK_INITIALIZER PVRT_ZERO_INITIALIZER
 
+/* preference: PVRT_RWLOCK_PREFER_*; -EINVAL otherwise.
+ * Context: ULT, thread, fork. */
 PVRT_API int pvrt_rwlock_init(pvrt_rwlock_t *rw, int preference);
+/* Nothing to release; as glibc's, it neither checks nor waits.
+ * Context: ULT, thread, fork. */
 PVRT_API int pvrt_rwlock_destroy(pvrt_rwlock_t *rw);
-/* -EDEADLK if the caller holds it for writing; -EAGAIN on reader count overflow. */
+/* -EDEADLK if the caller holds it for writing; -EAGAIN on reader count overflow.
+ * Context: ULT, thread, fork. */
 PVRT_API int pvrt_rwlock_rdlock(pvrt_rwlock_t *rw);
+/* -EBUSY when a writer holds it (or, preferring writers, waits), -EAGAIN on overflow.
+ * Context: ULT, thread, fork. */
 PVRT_API int pvrt_rwlock_tryrdlock(pvrt_rwlock_t *rw);
+/* rdlock before abstime on clk (CLOCK_REALTIME or CLOCK_MONOTONIC): -ETIMEDOUT, -EINVAL for a bad
+ * clock or timespec. Context: ULT, thread, fork. */
 PVRT_API int pvrt_rwlock_timedrdlock(pvrt_rwlock_t *rw, clockid_t clk,
 				     const struct timespec *abstime);
-/* -EDEADLK if the caller holds it for writing. */
+/* -EDEADLK if the caller holds it for writing.
+ * Context: ULT, thread, fork. */
 PVRT_API int pvrt_rwlock_wrlock(pvrt_rwlock_t *rw);
+/* -EBUSY when held.
+ * Context: ULT, thread, fork. */
 PVRT_API int pvrt_rwlock_trywrlock(pvrt_rwlock_t *rw);
+/* wrlock before abstime on clk (CLOCK_REALTIME or CLOCK_MONOTONIC): -ETIMEDOUT, -EINVAL for a bad
+ * clock or timespec. Context: ULT, thread, fork. */
 PVRT_API int pvrt_rwlock_timedwrlock(pvrt_rwlock_t *rw, clockid_t clk,
 				     const struct timespec *abstime);
+/* Release a read or the write hold of the caller.
+ * Context: ULT, thread, fork. */
 PVRT_API int pvrt_rwlock_unlock(pvrt_rwlock_t *rw);
 
 PVRT_END_DECLS

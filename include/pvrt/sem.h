@@ -6,6 +6,7 @@
 #include <pvrt/export.h>
 
 #include <stdint.h>
+#include <sys/types.h> /* clockid_t, also under strict ISO C */
 #include <time.h>
 
 PVRT_BEGIN_DECLS
@@ -17,15 +18,26 @@ typedef struct pvrt_sem {
 
 #define PVRT_SEM_VALUE_MAX 0x7fffffffu
 
-/* value <= PVRT_SEM_VALUE_MAX, else -EINVAL. */
+/* value <= PVRT_SEM_VALUE_MAX, else -EINVAL.
+ * Context: ULT, thread, fork. */
 PVRT_API int pvrt_sem_init(pvrt_sem_t *s, unsigned value);
+/* Nothing to release.
+ * Context: ULT, thread, fork. */
 PVRT_API int pvrt_sem_destroy(pvrt_sem_t *s);
-/* -EOVERFLOW past PVRT_SEM_VALUE_MAX. */
+/* -EOVERFLOW past PVRT_SEM_VALUE_MAX.
+ * Context: ULT, thread, fork; not a signal handler (unlike sem_post, it may take a lock). */
 PVRT_API int pvrt_sem_post(pvrt_sem_t *s);
+/* Take one from the count, parking while it is 0.
+ * Context: ULT, thread, fork. */
 PVRT_API int pvrt_sem_wait(pvrt_sem_t *s);
-/* -EAGAIN when the count is 0. */
+/* -EAGAIN when the count is 0.
+ * Context: ULT, thread, fork. */
 PVRT_API int pvrt_sem_trywait(pvrt_sem_t *s);
+/* sem_wait before abstime on clk (CLOCK_REALTIME or CLOCK_MONOTONIC): -ETIMEDOUT, -EINVAL for a bad
+ * clock or timespec. Context: ULT, thread, fork. */
 PVRT_API int pvrt_sem_timedwait(pvrt_sem_t *s, clockid_t clk, const struct timespec *abstime);
+/* *out = the count now.
+ * Context: ULT, thread, fork. */
 PVRT_API int pvrt_sem_getvalue(pvrt_sem_t *s, int *out);
 
 PVRT_END_DECLS

@@ -17,11 +17,20 @@ PVRT_BEGIN_DECLS
 typedef uint32_t pvrt_spinlock_t;
 #define PVRT_SPINLOCK_INITIALIZER 0u
 
+/* Unlocked (the same as PVRT_SPINLOCK_INITIALIZER).
+ * Context: ULT, thread, fork. */
 PVRT_API int pvrt_spin_init(pvrt_spinlock_t *s);
+/* Nothing to release.
+ * Context: ULT, thread, fork. */
 PVRT_API int pvrt_spin_destroy(pvrt_spinlock_t *s);
+/* Spin while the holder runs; park when it is preempted or after a long spin.
+ * Context: ULT, thread, fork. */
 PVRT_API int pvrt_spin_lock(pvrt_spinlock_t *s);
-/* -EBUSY when held. */
+/* -EBUSY when held.
+ * Context: ULT, thread, fork. */
 PVRT_API int pvrt_spin_trylock(pvrt_spinlock_t *s);
+/* Release; wakes a parked waiter if any.
+ * Context: ULT, thread, fork. */
 PVRT_API int pvrt_spin_unlock(pvrt_spinlock_t *s);
 
 PVRT_END_DECLS

@@ -26,4 +26,11 @@ void pvrt_ctx_switch(void **save, void *to);
  */
 void *pvrt_ctx_make(void *top, void (*entry)(void *), void *arg);
 
+/*
+ * Bytes pvrt_ctx_make writes at most below a 16-byte aligned top. The frame holds no pointer into
+ * itself, so it may be built elsewhere (ult.c builds it in the descriptor when the ULT is created,
+ * inheriting the creator's floating-point state) and copied below another such top later.
+ */
+#define PVRT_CTX_FRAME 192
+
 #endif /* PVRT_RUNTIME_ARCH_CTX_H */

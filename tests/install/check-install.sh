@@ -15,4 +15,18 @@ PVRT_HINTS=none LD_LIBRARY_PATH="$libdir" "$work/cmake/consumer"
 PKG_CONFIG_PATH="$libdir/pkgconfig" cc -o "$work/pc-consumer" "$src/main.c" \
 	$(PKG_CONFIG_PATH="$libdir/pkgconfig" pkg-config --cflags --libs pvrt)
 PVRT_HINTS=none LD_LIBRARY_PATH="$libdir" "$work/pc-consumer"
+
+# The installed programs run with no LD_LIBRARY_PATH (RUNPATH relative to the binary): pvrt-run
+# with its preload into a threaded program, pvhint-top, the preload injected by hand.
+prefix=$work/prefix
+env -u LD_LIBRARY_PATH "$prefix/bin/pvrt-run" -- true
+out=$(env -u LD_LIBRARY_PATH "$prefix/bin/pvrt-run" --hints=none --stats -- \
+	"$prefix/bin/pvhint-top" --once --json --interval 0.05 2>&1)
+echo "$out" | grep -q '"source":"none"' || { echo "installed pvrt-run + pvhint-top: $out"; exit 1; }
+echo "$out" | grep -q '^mutex' || { echo "the preloaded program wrote no statistics: $out"; exit 1; }
+env -u LD_LIBRARY_PATH PVRT_HINTS=emu PVRT_EMU=vcpus=2,pcpus=1 "$prefix/bin/pvhint-top" --once \
+	--json --interval 0.1 | grep -q '"source":"emu"'
+preload=$(find "$prefix" -name 'libpvrt-preload.so' | head -1)
+env -u LD_LIBRARY_PATH LD_PRELOAD="$preload" PVRT_LOCKS=bogus /bin/true 2>&1 |
+	grep -q "PVRT_LOCKS='bogus'" || { echo "the installed preload did not load"; exit 1; }
 echo "install ok"

@@ -14,7 +14,7 @@
 #include <pvrt/mutex.h>
 #include <pvrt/pvhint.h>
 
-#include "../runtime/check.h"
+#include "check.h"
 
 #include <pthread.h>
 #include <sched.h>

@@ -14,6 +14,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
+#include <semaphore.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -505,6 +506,45 @@ static void *y_waiter(void *p)
 	return NULL;
 }
 
+/*
+ * A deferred cancel that is pending while a thread calls functions that are not cancellation
+ * points (locks, condvar signals, semaphore posts, thread exit with its key destructors) must
+ * not act: the thread returns its own result. (The emulator closed a file in a key destructor:
+ * close is a cancellation point, and the result became PTHREAD_CANCELED.)
+ */
+static pthread_mutex_t pc_m = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t pc_c = PTHREAD_COND_INITIALIZER;
+static void *pending_cancel_thread(void *p)
+{
+	(void)p;
+	static sem_t s;
+	sem_init(&s, 0, 0);
+	pthread_cancel(pthread_self());
+	for (int i = 0; i < 100; i++) {
+		pthread_mutex_lock(&pc_m);
+		pthread_cond_signal(&pc_c);
+		pthread_mutex_unlock(&pc_m);
+		sem_post(&s);
+		sem_trywait(&s);
+	}
+	sem_destroy(&s);
+	return (void *)7;
+}
+
+static void test_pending_cancel(void)
+{
+	int kept = 0;
+	for (int i = 0; i < 20; i++) {
+		pthread_t t;
+		void *r = NULL;
+		if (pthread_create(&t, NULL, pending_cancel_thread, NULL))
+			continue;
+		pthread_join(t, &r);
+		kept += r == (void *)7;
+	}
+	printf("%-44s %d\n", "pending cancel, not a cancellation point (20)", kept);
+}
+
 static void test_cond_cancel_signal(void)
 {
 	int lost = 0;
@@ -730,6 +770,7 @@ int main(int argc, char **argv)
 	test_cond_destroy_after_broadcast();
 	test_cond_cancel();
 	test_cond_cancel_signal();
+	test_pending_cancel();
 	test_rwlock();
 	test_barrier_spin();
 	printf("%-44s %d\n", "calls that changed errno", errno_changes);

@@ -15,10 +15,13 @@
 #define _GNU_SOURCE
 #include "spinq.h"
 
-#include "../runtime/check.h"
+#include "check.h"
 
 #include <pthread.h>
 #include <sched.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
 
 #define NT 6
 
@@ -89,13 +92,96 @@ static void *worker(void *arg)
 		CHECK_EQ(__atomic_add_fetch(&heads_now, 1, __ATOMIC_RELAXED), 1); /* one head */
 		__atomic_fetch_add(&heads, 1, __ATOMIC_RELAXED);
 		for (int k = 0; k < 20; k++)
-			pvrt_cpu_relax();
+			os_cpu_relax();
 		if ((i & 63) == 0)
 			sched_yield(); /* a head that does not run: everyone queues behind it */
 		__atomic_sub_fetch(&heads_now, 1, __ATOMIC_RELAXED);
 		lk_spinq_unlock(&tail, n);
 	}
 	return NULL;
+}
+
+/*
+ * Fork with parent threads in the queue (a head that holds on, a waiter behind it): in the child
+ * nobody will ever hand the head on, so a spinner there must take it at once (spinq.h), not
+ * spend its budget and give up on every attempt.
+ */
+static struct pvrt_spinq_node *ftail;
+static int f_release, f_queued;
+
+static bool give_up_flag(void *arg)
+{
+	return __atomic_load_n((int *)arg, __ATOMIC_ACQUIRE) != 0;
+}
+
+static void *fork_head(void *arg)
+{
+	(void)arg;
+	struct pvrt_spinq_node *n = lk_spinq_node();
+	CHECK(lk_spinq_lock(&ftail, n, 1, &fake, give_up_flag, &f_release));
+	__atomic_fetch_add(&f_queued, 1, __ATOMIC_RELEASE);
+	while (!__atomic_load_n(&f_release, __ATOMIC_ACQUIRE))
+		sched_yield();
+	lk_spinq_unlock(&ftail, n);
+	return NULL;
+}
+
+static void *fork_waiter(void *arg)
+{
+	(void)arg;
+	struct pvrt_spinq_node *n = lk_spinq_node();
+	static int never;
+	/* The parent forks once the tail is our node. */
+	CHECK(lk_spinq_lock(&ftail, n, 2, &fake, give_up_flag, &never));
+	lk_spinq_unlock(&ftail, n);
+	return NULL;
+}
+
+/* Give up after about 2 s of polls (a child that never becomes the head). */
+static bool give_up_late(void *arg)
+{
+	struct timespec *t0 = arg, now;
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	return now.tv_sec - t0->tv_sec >= 2;
+}
+
+static void fork_phase(void)
+{
+	pthread_t h, w;
+	for (int v = 0; v < FAKE_VCPUS; v++) /* as the chaos thread left them: none preempted */
+		rec[v].preempted = 0;
+	CHECK_EQ(pthread_create(&h, NULL, fork_head, NULL), 0);
+	while (!__atomic_load_n(&f_queued, __ATOMIC_ACQUIRE))
+		sched_yield();
+	struct pvrt_spinq_node *head_node = SQ_LOAD(&ftail);
+	CHECK_EQ(pthread_create(&w, NULL, fork_waiter, NULL), 0);
+	while (SQ_LOAD(&ftail) == head_node)
+		sched_yield();
+	fflush(stdout);
+	pid_t pid = fork();
+	CHECK(pid >= 0);
+	if (pid == 0) {
+		alarm(60);
+		struct pvrt_spinq_node *n = lk_spinq_node();
+		for (int i = 0; i < 3; i++) {
+			struct timespec t0;
+			clock_gettime(CLOCK_MONOTONIC, &t0);
+			if (!lk_spinq_lock(&ftail, n, 3, &fake, give_up_late, &t0)) {
+				fprintf(stderr, "spinq fork: the child never became the head\n");
+				_exit(1);
+			}
+			lk_spinq_unlock(&ftail, n);
+		}
+		_exit(0);
+	}
+	int st;
+	CHECK_EQ(waitpid(pid, &st, 0), pid);
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	__atomic_store_n(&f_release, 1, __ATOMIC_RELEASE);
+	CHECK_EQ(pthread_join(h, NULL), 0);
+	CHECK_EQ(pthread_join(w, NULL), 0);
+	CHECK(ftail == NULL);
+	printf("spinq fork: the child took the head behind the parent's queued threads\n");
 }
 
 int main(int argc, char **argv)
@@ -136,7 +222,9 @@ int main(int argc, char **argv)
 	CHECK_EQ(pthread_join(c, NULL), 0);
 	CHECK(tail == NULL);
 	CHECK_EQ(heads + gave_up, (gens + NT) * GEN_ROUNDS);
-	printf("spinq recycling: %ld threads, %lu heads, %lu give-ups\nspinq: OK\n", gens + NT,
-	       heads, gave_up);
+	printf("spinq recycling: %ld threads, %lu heads, %lu give-ups\n", gens + NT, heads,
+	       gave_up);
+	fork_phase();
+	printf("spinq: OK\n");
 	return 0;
 }

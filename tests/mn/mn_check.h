@@ -6,7 +6,7 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
-#include "../pvhint/check.h" /* CHECK, CHECK_EQ */
+#include "check.h" /* tests/check.h: CHECK, CHECK_EQ */
 
 #include <sys/syscall.h>
 #include <unistd.h>

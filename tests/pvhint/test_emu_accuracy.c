@@ -10,6 +10,7 @@
  */
 #define _GNU_SOURCE
 #include "check.h"
+#include "pvrt_os.h"
 
 #include <pvrt/pvhint.h>
 
@@ -55,9 +56,9 @@ static void *spinner(void *arg)
 	spin_rt = !pthread_setschedparam(pthread_self(), SCHED_FIFO, &sp);
 	CHECK(!pvhint_emu_attach(h, v));
 	__atomic_store_n(&spin_tid, (pid_t)syscall(SYS_gettid), __ATOMIC_RELEASE);
-	uint64_t last = test_now_ns();
+	uint64_t last = os_now_ns();
 	while (!__atomic_load_n(&done, __ATOMIC_ACQUIRE)) {
-		uint64_t now = test_now_ns();
+		uint64_t now = os_now_ns();
 		/* lack of progress: any stretch over 50 us with no loop iteration */
 		if (now - last > 50000 && last >= __atomic_load_n(&gap_since, __ATOMIC_RELAXED))
 			__atomic_fetch_add(&gap_ns, now - last, __ATOMIC_RELAXED);
@@ -99,7 +100,7 @@ static bool noisy_attempt(int attempt)
 	struct pvhint_emu_stats s0, s1;
 	uint64_t act0 = spinner_active_ns();
 	CHECK(!pvhint_emu_stats(h, 0, &s0));
-	uint64_t t0 = test_now_ns(), t = t0, pre_ns = 0;
+	uint64_t t0 = os_now_ns(), t = t0, pre_ns = 0;
 	__atomic_store_n(&gap_since, t0, __ATOMIC_RELAXED);
 	__atomic_store_n(&gap_ns, 0, __ATOMIC_RELAXED);
 	uint64_t steal0 = pvhint_steal(h, 0);
@@ -107,7 +108,7 @@ static bool noisy_attempt(int attempt)
 	while (t - t0 < 1000000000ull) {
 		test_sleep_us(
 		    50); /* sample sparsely: this thread must not steal the spinner's CPU */
-		uint64_t now = test_now_ns();
+		uint64_t now = os_now_ns();
 		if (flag)
 			pre_ns += now - t;
 		t = now;
@@ -157,18 +158,18 @@ static bool latency_attempt(int attempt)
 		uint64_t seen = __atomic_load_n(&last_ts, __ATOMIC_ACQUIRE);
 		while (__atomic_load_n(&last_ts, __ATOMIC_ACQUIRE) == seen)
 			;
-		uint64_t t0 = test_now_ns();
+		uint64_t t0 = os_now_ns();
 		CHECK(!pvhint_emu_deschedule(h, 1, 0));
-		uint64_t t1 = test_now_ns();
+		uint64_t t1 = os_now_ns();
 		CHECK(pvhint_vcpu_preempted(h, 1));
 		stop[i] = t1 - t0; /* flag set and thread stopped, both inside [t0, t1] */
 		uint64_t last = __atomic_load_n(&last_ts, __ATOMIC_ACQUIRE);
 		CHECK(last <= t1);
 		test_sleep_us(1000);
 		CHECK_EQ(__atomic_load_n(&last_ts, __ATOMIC_ACQUIRE), last); /* really stopped */
-		uint64_t t2 = test_now_ns();
+		uint64_t t2 = os_now_ns();
 		CHECK(!pvhint_emu_resume(h, 1));
-		uint64_t t3 = test_now_ns();
+		uint64_t t3 = os_now_ns();
 		CHECK(!pvhint_vcpu_preempted(h, 1));
 		uint64_t first;
 		while ((first = __atomic_load_n(&last_ts, __ATOMIC_ACQUIRE)) == last)

@@ -8,6 +8,7 @@
  */
 #define _GNU_SOURCE
 #include "check.h"
+#include "pvrt_os.h"
 
 #include <pvrt/pvhint.h>
 
@@ -152,15 +153,15 @@ int main(void)
 	for (int k = 0; k < NT; k++)
 		CHECK(!pthread_create(&th[k], NULL, worker, (void *)(intptr_t)k));
 	/* wait until the blocking ones sleep in the kernel */
-	uint64_t t_end = test_now_ns() + 10000000000ull;
+	uint64_t t_end = os_now_ns() + 10000000000ull;
 	for (int k = 0; k <= T_SLEEP; k++) {
 		while (!__atomic_load_n(&tids[k], __ATOMIC_ACQUIRE) || task_state(tids[k]) != 'S')
-			CHECK(test_now_ns() < t_end);
+			CHECK(os_now_ns() < t_end);
 	}
 	/* many stops and resumes while they block; the nanosleep one spans about 800 ms */
 	int rounds = 0;
-	uint64_t t_stop = test_now_ns() + 500000000;
-	while (test_now_ns() < t_stop) {
+	uint64_t t_stop = os_now_ns() + 500000000;
+	while (os_now_ns() < t_stop) {
 		CHECK(!pvhint_emu_deschedule(h, 1, 0));
 		test_sleep_us(2000 + (rounds % 7) * 300);
 		CHECK(!pvhint_emu_resume(h, 1));

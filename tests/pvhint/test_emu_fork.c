@@ -11,6 +11,7 @@
  */
 #define _GNU_SOURCE
 #include "check.h"
+#include "pvrt_os.h"
 
 #include <pvrt/pvhint.h>
 
@@ -91,9 +92,9 @@ static void child(int sig)
 	for (unsigned v = 0; v < 2; v++)
 		CHECK(!pvhint_vcpu_preempted(h, v) && !pvhint_pcpu_idle(h, v));
 	/* User code, long enough for several of the parent's quanta: no stop, no signal. */
-	uint64_t t0 = test_now_ns();
+	uint64_t t0 = os_now_ns();
 	volatile uint64_t n = 0;
-	while (test_now_ns() - t0 < 20000000)
+	while (os_now_ns() - t0 < 20000000)
 		n++;
 	CHECK(n > 0);
 	if (!TSAN) {

@@ -19,6 +19,7 @@
  */
 #define _GNU_SOURCE
 #include "check.h"
+#include "pvrt_os.h"
 
 #include <pvrt/pvhint.h>
 
@@ -58,13 +59,13 @@ static void *spinner(void *arg)
 /* Fraction of the next ms milliseconds vCPU v spent preempted (its steal). */
 static void shares(uint64_t ms, double f[2], int *pre0_seen)
 {
-	uint64_t s0 = pvhint_steal(h, 0), s1 = pvhint_steal(h, 1), t0 = test_now_ns();
+	uint64_t s0 = pvhint_steal(h, 0), s1 = pvhint_steal(h, 1), t0 = os_now_ns();
 	*pre0_seen = 0;
-	while (test_now_ns() - t0 < ms * 1000000) {
+	while (os_now_ns() - t0 < ms * 1000000) {
 		test_sleep_us(1000);
 		*pre0_seen += pvhint_vcpu_preempted(h, 0);
 	}
-	double span = (double)(test_now_ns() - t0);
+	double span = (double)(os_now_ns() - t0);
 	f[0] = (double)(pvhint_steal(h, 0) - s0) / span;
 	f[1] = (double)(pvhint_steal(h, 1) - s1) / span;
 }
@@ -82,12 +83,12 @@ static void run(bool khalt)
 
 	/* 1. vCPU 0's thread attached and asleep in read(). */
 	struct pvhint_emu_stats st;
-	uint64_t t0 = test_now_ns();
+	uint64_t t0 = os_now_ns();
 	for (;;) {
 		CHECK(!pvhint_emu_stats(h, 0, &st));
-		if (st.threads == 1 && (khalt ? st.ksleep == 1 : test_now_ns() - t0 > 100000000))
+		if (st.threads == 1 && (khalt ? st.ksleep == 1 : os_now_ns() - t0 > 100000000))
 			break;
-		CHECK(test_now_ns() - t0 < 10000000000ull);
+		CHECK(os_now_ns() - t0 < 10000000000ull);
 		test_sleep_us(1000);
 	}
 	CHECK(!khalt || st.samples > 0);
@@ -107,9 +108,9 @@ static void run(bool khalt)
 
 	/* 2. Wake vCPU 0's thread: it runs and the two vCPUs share the pCPU again. */
 	CHECK(write(pfd[1], "x", 1) == 1);
-	t0 = test_now_ns();
+	t0 = os_now_ns();
 	while (!__atomic_load_n(&a_progress, __ATOMIC_RELAXED)) {
-		CHECK(test_now_ns() - t0 < 10000000000ull);
+		CHECK(os_now_ns() - t0 < 10000000000ull);
 		test_sleep_us(1000);
 	}
 	test_sleep_us(20000);
@@ -137,9 +138,9 @@ static void run(bool khalt)
 
 static double idle_frac(uint64_t ms)
 {
-	uint64_t t0 = test_now_ns();
+	uint64_t t0 = os_now_ns();
 	long n = 0, idle = 0;
-	while (test_now_ns() - t0 < ms * 1000000) {
+	while (os_now_ns() - t0 < ms * 1000000) {
 		test_sleep_us(500);
 		n++;
 		idle += pvhint_pcpu_idle(h, 0);
@@ -158,9 +159,9 @@ static void noisy_idle(void)
 	pthread_t ta;
 	CHECK(!pthread_create(&ta, NULL, reader, NULL));
 	struct pvhint_emu_stats st;
-	uint64_t t0 = test_now_ns();
+	uint64_t t0 = os_now_ns();
 	do {
-		CHECK(test_now_ns() - t0 < 10000000000ull);
+		CHECK(os_now_ns() - t0 < 10000000000ull);
 		test_sleep_us(1000);
 		CHECK(!pvhint_emu_stats(h, 0, &st));
 	} while (st.threads != 1 || st.ksleep != 1);
@@ -190,8 +191,8 @@ static void *round_thread(void *arg)
 	(void)arg;
 	CHECK(!pvhint_emu_attach_next(h));
 	pthread_barrier_wait(&bar); /* futex sleep: halts the vCPU */
-	uint64_t t0 = test_now_ns();
-	while (test_now_ns() - t0 < 200000)
+	uint64_t t0 = os_now_ns();
+	while (os_now_ns() - t0 < 200000)
 		;
 	pthread_barrier_wait(&bar);
 	CHECK(!pvhint_emu_detach(h));
@@ -205,7 +206,7 @@ static void rounds(int n)
 							   "ksleep=100us"},
 			   &h));
 	CHECK(!pthread_barrier_init(&bar, NULL, 5));
-	uint64_t t0 = test_now_ns();
+	uint64_t t0 = os_now_ns();
 	for (int r = 0; r < n; r++) {
 		pthread_t th[4];
 		for (int i = 0; i < 4; i++)
@@ -215,8 +216,7 @@ static void rounds(int n)
 		for (int i = 0; i < 4; i++)
 			CHECK(!pthread_join(th[i], NULL));
 	}
-	printf("%d attach/barrier/detach rounds in %.2f s\n", n,
-	       (double)(test_now_ns() - t0) / 1e9);
+	printf("%d attach/barrier/detach rounds in %.2f s\n", n, (double)(os_now_ns() - t0) / 1e9);
 	pthread_barrier_destroy(&bar);
 	pvhint_close(h);
 }

@@ -7,6 +7,7 @@
  */
 #define _GNU_SOURCE
 #include "check.h"
+#include "pvrt_os.h"
 
 #include <pvrt/pvhint.h>
 
@@ -42,11 +43,11 @@ static void *spin(void *arg)
  */
 static void sample(uint64_t ms, double frac[4], double *both_running)
 {
-	uint64_t s0[4], t0 = test_now_ns();
+	uint64_t s0[4], t0 = os_now_ns();
 	long n = 0, both = 0;
 	for (unsigned v = 0; v < 4; v++)
 		s0[v] = pvhint_steal(h, v);
-	while (test_now_ns() - t0 < ms * 1000000) {
+	while (os_now_ns() - t0 < ms * 1000000) {
 		test_sleep_us(100);
 		for (unsigned p = 0; p < 2; p++) {
 			bool a1 = pvhint_vcpu_preempted(h, p), b1 = pvhint_vcpu_preempted(h, p + 2);
@@ -55,7 +56,7 @@ static void sample(uint64_t ms, double frac[4], double *both_running)
 			both += !a1 && !b1 && !a2 && !b2;
 		}
 	}
-	double span = (double)(test_now_ns() - t0);
+	double span = (double)(os_now_ns() - t0);
 	for (unsigned v = 0; v < 4; v++)
 		frac[v] = (double)(pvhint_steal(h, v) - s0[v]) / span;
 	*both_running = (double)both / (double)n;

@@ -11,8 +11,10 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stddef.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static char path[] = "/tmp/pvhint-kvm-XXXXXX";
@@ -42,6 +44,16 @@ static struct pvhint_record *make_page(uint32_t magic, uint16_t abi, uint32_t nr
 	}
 	close(fd);
 	return rec;
+}
+
+/* Overwrite len bytes of the page file at off (a header field). */
+static bool pwrite_at(const void *p, size_t len, off_t off)
+{
+	int fd = open(path, O_RDWR);
+	bool ok = fd >= 0 && pwrite(fd, p, len, off) == (ssize_t)len;
+	if (fd >= 0)
+		close(fd);
+	return ok;
 }
 
 static int open_kvm(const char *src, pvhint_t **h)
@@ -119,7 +131,55 @@ int main(void)
 	CHECK_EQ(open_kvm("kvm", &h), -EINVAL);
 	CHECK(strstr(pvhint_errmsg(), "nr_records"));
 
+	/* issue 9: header fields that no producer writes (a page claiming source 99 read as
+	 * "none"): an unknown source, a reserved word that is not zero. */
+	uint16_t src99 = 99, src0 = 0;
+	uint64_t one = 1;
+	rec = make_page(PVHINT_MAGIC, PVHINT_ABI_VERSION, 8, 0);
+	CHECK(pwrite_at(&src99, sizeof(src99), offsetof(struct pvhint_header, source)));
+	CHECK_EQ(open_kvm("kvm", &h), -EINVAL);
+	CHECK(strstr(pvhint_errmsg(), "unknown source 99"));
+	CHECK(pwrite_at(&src0, sizeof(src0), offsetof(struct pvhint_header, source)));
+	CHECK_EQ(open_kvm("kvm", &h), -EINVAL);
+	CHECK(strstr(pvhint_errmsg(), "unknown source 0"));
+	munmap((char *)rec - PVHINT_HEADER_SIZE, PVHINT_HEADER_SIZE + 4096);
+	rec = make_page(PVHINT_MAGIC, PVHINT_ABI_VERSION, 8, 0);
+	CHECK(pwrite_at(&one, sizeof(one), offsetof(struct pvhint_header, reserved[4])));
+	CHECK_EQ(open_kvm("kvm", &h), -EINVAL);
+	CHECK(strstr(pvhint_errmsg(), "reserved header word 4"));
+	munmap((char *)rec - PVHINT_HEADER_SIZE, PVHINT_HEADER_SIZE + 4096);
+
+	/* A regular file someone else may shrink under the mapping (SIGBUS in every reader) is
+	 * refused: writable by group or others, or owned by another user. */
+	rec = make_page(PVHINT_MAGIC, PVHINT_ABI_VERSION, 8, 0);
+	CHECK(chmod(path, 0666) == 0);
+	CHECK_EQ(open_kvm("kvm", &h), -EPERM);
+	CHECK(strstr(pvhint_errmsg(), "writable by its owner only"));
+	CHECK(chmod(path, 0644) == 0);
+	CHECK(!open_kvm("kvm", &h));
+	pvhint_close(h);
+	if (geteuid() == 0) {
+		CHECK(chown(path, 65534, 65534) == 0);
+		CHECK_EQ(open_kvm("kvm", &h), -EPERM);
+		CHECK(chown(path, 0, 0) == 0);
+	}
+	munmap((char *)rec - PVHINT_HEADER_SIZE, PVHINT_HEADER_SIZE + 4096);
+
+	/* A FIFO (open for reading used to wait for a writer for ever) and a directory: refused
+	 * at once, also under auto (every preloaded process used to hang in its constructor). */
+	alarm(30);
 	unlink(path);
+	CHECK(mkfifo(path, 0600) == 0);
+	CHECK_EQ(open_kvm("kvm", &h), -EINVAL);
+	CHECK(strstr(pvhint_errmsg(), "neither a character device nor a regular file"));
+	CHECK(!open_kvm("auto", &h));
+	CHECK(!strcmp(pvhint_source_name(h), "none"));
+	pvhint_close(h);
+	unlink(path);
+	CHECK(mkdir(path, 0700) == 0);
+	CHECK(open_kvm("kvm", &h) < 0);
+	rmdir(path);
+	alarm(0);
 	printf("kvm fake page ok\n");
 	return 0;
 }

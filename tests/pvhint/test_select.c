@@ -5,6 +5,7 @@
  */
 #define _GNU_SOURCE
 #include "check.h"
+#include "pvrt_os.h"
 
 #include <pvrt/pvhint.h>
 
@@ -113,6 +114,18 @@ int main(void)
 	check_bad_spec("duty=1.5", "'duty'");
 	check_bad_spec("period=abc", "'period'");
 	check_bad_spec("signal=rtmin+99", "'signal'");
+	/* issue 9: nan and inf durations (undefined conversions), negative seeds (wrapped),
+	 * more pCPUs than vCPUs, and a noisy neighbour that never lets a vCPU run. */
+	check_bad_spec("quantum=nan", "'quantum'");
+	check_bad_spec("ksleep=nan", "'ksleep'");
+	check_bad_spec("period=NaNms", "'period'");
+	check_bad_spec("ack_timeout=inf", "'ack_timeout'");
+	check_bad_spec("quantum=infinity", "'quantum'");
+	check_bad_spec("seed=-1", "'seed'");
+	check_bad_spec("seed= -5", "'seed'");
+	check_bad_spec("vcpus=2,pcpus=3", "pcpus=3 exceeds vcpus=2");
+	check_bad_spec("mode=noisy,duty=1", "never lets a vCPU run");
+	check_bad_spec("duty=1,mode=noisy", "never lets a vCPU run");
 	check_bad_spec("vcpus", "not key=value");
 	check_bad_spec("vcpus=2,colour=blue", "unknown key 'colour'");
 
@@ -128,8 +141,8 @@ int main(void)
 	CHECK(!pvhint_emu_attach(h, 2));
 	CHECK_EQ(pvhint_self_vcpu(), 2);
 	unsigned seen_pre = 0, seen_run = 0, seen_idle = 0, seen_busy = 0;
-	uint64_t t_end = test_now_ns() + 300000000;
-	while (test_now_ns() < t_end && !(seen_pre && seen_run && seen_idle && seen_busy)) {
+	uint64_t t_end = os_now_ns() + 300000000;
+	while (os_now_ns() < t_end && !(seen_pre && seen_run && seen_idle && seen_busy)) {
 		for (unsigned v = 0; v < 4; v++) {
 			/* this thread keeps running although its vCPU may read as preempted */
 			if (pvhint_vcpu_preempted(h, v))

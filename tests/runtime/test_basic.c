@@ -3,6 +3,7 @@
  * invalid arguments, finalize rules, init again after finalize. */
 #define _GNU_SOURCE
 #include "check.h"
+#include "pvrt_os.h"
 
 #include <pvrt/thread.h>
 
@@ -76,19 +77,12 @@ static void *late(void *a)
 	return NULL;
 }
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 static void *sleeper(void *a)
 {
-	uint64_t t0 = now_ns();
+	uint64_t t0 = os_now_ns();
 	CHECK_EQ(pvrt_thread_sleep((uint64_t)(uintptr_t)a), 0);
 	/* A sleep never ends early (no upper bound checked: the machine is shared). */
-	CHECK(now_ns() - t0 >= (uint64_t)(uintptr_t)a);
+	CHECK(os_now_ns() - t0 >= (uint64_t)(uintptr_t)a);
 	return NULL;
 }
 

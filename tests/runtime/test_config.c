@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <sched.h>
+#include <stddef.h>
 #include <string.h>
 
 static void bad_env(const char *var, const char *val, const char *needle)
@@ -25,6 +26,55 @@ static void *where(void *a)
 {
 	(void)a;
 	return (void *)(intptr_t)sched_getcpu();
+}
+
+/* Sized structs (include/pvrt/version.h): not initialised is an error; a program built with
+ * an older, shorter struct gets the defaults for the fields it does not have, and an out-struct
+ * is written no further than the program's size. */
+static void sized_structs(void)
+{
+	struct pvrt_config c = PVRT_CONFIG_INIT;
+	CHECK_EQ(c.size, sizeof(c));
+	c.size = 0;
+	CHECK_EQ(pvrt_init(&c), -EINVAL);
+	CHECK(strstr(pvrt_errmsg(), "pvrt_config_init"));
+	/* Only 'workers' known: what lies past it is never read (0xff: bad pointers and values). */
+	pvrt_config_init(&c);
+	c.workers = 2;
+	c.size = offsetof(struct pvrt_config, cpus);
+	memset((char *)&c + c.size, 0xff, sizeof(c) - c.size);
+	CHECK_EQ(pvrt_init(&c), 0);
+	CHECK_EQ(pvrt_nworkers(), 2);
+
+	pvrt_thread_attr_t a = PVRT_THREAD_ATTR_INIT, b;
+	CHECK_EQ(a.size, sizeof(a));
+	CHECK_EQ(a.worker, -1);
+	pvrt_thread_attr_init(&b);
+	CHECK(a.size == b.size && a.detached == b.detached && a.stack_size == b.stack_size &&
+	      a.worker == b.worker);
+	pvrt_thread_t t;
+	a.size = 0;
+	CHECK_EQ(pvrt_thread_create(&t, &a, where, NULL), -EINVAL);
+	a.size = offsetof(pvrt_thread_attr_t, stack_size); /* knows 'detached' only */
+	memset((char *)&a + a.size, 0xff, sizeof(a) - a.size);
+	CHECK_EQ(pvrt_thread_create(&t, &a, where, NULL), 0);
+	CHECK_EQ(pvrt_thread_join(t, NULL), 0);
+
+	struct pvrt_stats s;
+	memset(&s, 0xab, sizeof(s));
+	CHECK_EQ(pvrt_stats_read(&s, 4), -EINVAL);
+	size_t part = offsetof(struct pvrt_stats, switches); /* up to ults_created */
+	CHECK_EQ(pvrt_stats_read(&s, part), 0);
+	CHECK_EQ(s.size, part);
+	CHECK_EQ(s.flags, 0);
+	CHECK(s.ults_created >= 1);
+	CHECK_EQ(s.switches, 0xababababababababull); /* past the size: untouched */
+	CHECK_EQ(pvrt_stats_get(&s), 0);
+	CHECK_EQ(s.size, sizeof(s));
+	CHECK_EQ(pvrt_finalize(), 0);
+	CHECK_EQ(pvrt_stats_get(&s), -ENXIO);
+	CHECK_EQ(s.size, sizeof(s));
+	CHECK_EQ(s.ults_created, 0);
 }
 
 int main(void)
@@ -67,6 +117,7 @@ int main(void)
 	pvrt_config_init(&c);
 	c.timer_slack_ns = -5;
 	CHECK_EQ(pvrt_init(&c), -EINVAL);
+	sized_structs();
 
 	/* Good: one CPU, three workers sharing it, 8 MiB default stacks. */
 	int first = -1;

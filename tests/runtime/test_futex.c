@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * pvrt_futex for ULTs and foreign threads: value check, wake counts, timeouts on both clocks,
+ * rt_futex for ULTs and foreign threads: value check, wake counts, timeouts on both clocks,
  * bad arguments, the hinted choice of whom to wake, and a no-lost-wake-up stress where ULTs and
  * threads pass a token around through one futex word each (a lost wake-up hangs the test; ctest's
  * timeout fails it).
@@ -8,6 +8,7 @@
 #define _GNU_SOURCE
 #include "check.h"
 #include "futex.h"
+#include "pvrt_os.h"
 
 #include <pvrt/thread.h>
 
@@ -19,16 +20,9 @@
 #include <stdint.h>
 #include <string.h>
 
-static uint64_t now_ns(clockid_t c)
-{
-	struct timespec ts;
-	clock_gettime(c, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 static struct timespec in_ns(clockid_t c, uint64_t ns)
 {
-	uint64_t t = now_ns(c) + ns;
+	uint64_t t = os_clock_ns(c) + ns;
 	return (struct timespec){.tv_sec = (time_t)(t / 1000000000ull),
 				 .tv_nsec = (long)(t % 1000000000ull)};
 }
@@ -38,21 +32,27 @@ static void timeouts(void)
 	uint32_t w = 0;
 	clockid_t clocks[2] = {CLOCK_MONOTONIC, CLOCK_REALTIME};
 	for (int i = 0; i < 2; i++) {
-		uint64_t t0 = now_ns(clocks[i]);
+		uint64_t t0 = os_clock_ns(clocks[i]);
 		struct timespec ts = in_ns(clocks[i], 2000000);
-		CHECK_EQ(pvrt_futex_wait(&w, 0, clocks[i], &ts), -ETIMEDOUT);
-		CHECK(now_ns(clocks[i]) >= t0 + 2000000 - 1000);
+		CHECK_EQ(rt_futex_wait(&w, 0, clocks[i], &ts), -ETIMEDOUT);
+		CHECK(os_clock_ns(clocks[i]) >= t0 + 2000000 - 1000);
 		/* In the past: value checked first. */
 		struct timespec past = {1, 0};
-		CHECK_EQ(pvrt_futex_wait(&w, 0, clocks[i], &past), -ETIMEDOUT);
-		CHECK_EQ(pvrt_futex_wait(&w, 1, clocks[i], &past), -EAGAIN);
+		CHECK_EQ(rt_futex_wait(&w, 0, clocks[i], &past), -ETIMEDOUT);
+		CHECK_EQ(rt_futex_wait(&w, 1, clocks[i], &past), -EAGAIN);
+		/* Before the epoch: POSIX makes it a valid time that has passed (only tv_nsec out
+		 * of range is EINVAL), although the kernel's futex rejects it. */
+		struct timespec neg = {-1, 0}, neg_bad = {-1, -1};
+		CHECK_EQ(rt_futex_wait(&w, 0, clocks[i], &neg), -ETIMEDOUT);
+		CHECK_EQ(rt_futex_wait(&w, 1, clocks[i], &neg), -EAGAIN);
+		CHECK_EQ(rt_futex_wait(&w, 0, clocks[i], &neg_bad), -EINVAL);
 	}
-	CHECK_EQ(pvrt_futex_wait(&w, 1, CLOCK_MONOTONIC, NULL), -EAGAIN);
+	CHECK_EQ(rt_futex_wait(&w, 1, CLOCK_MONOTONIC, NULL), -EAGAIN);
 	struct timespec bad = {0, 1000000000L};
-	CHECK_EQ(pvrt_futex_wait(&w, 0, CLOCK_MONOTONIC, &bad), -EINVAL);
-	CHECK_EQ(pvrt_futex_wait(&w, 0, CLOCK_PROCESS_CPUTIME_ID, NULL), -EINVAL);
-	CHECK_EQ(pvrt_futex_wake(&w, 0), 0);
-	CHECK_EQ(pvrt_futex_wake(&w, 5), 0);
+	CHECK_EQ(rt_futex_wait(&w, 0, CLOCK_MONOTONIC, &bad), -EINVAL);
+	CHECK_EQ(rt_futex_wait(&w, 0, CLOCK_PROCESS_CPUTIME_ID, NULL), -EINVAL);
+	CHECK_EQ(rt_futex_wake(&w, 0), 0);
+	CHECK_EQ(rt_futex_wake(&w, 5), 0);
 }
 
 static void *ult_timeouts(void *a)
@@ -81,8 +81,8 @@ static void *waiter(void *a)
 	/* Year 2554: past 2^64 ns, so a naive tv_sec * 1e9 wraps to 0.29 s after the epoch. */
 	static const struct timespec far = {.tv_sec = 18446744074};
 	while (__atomic_load_n(&word, __ATOMIC_ACQUIRE) == 0) {
-		if (pvrt_futex_wait(&word, 0, a ? CLOCK_REALTIME : CLOCK_MONOTONIC,
-				    a ? &far : NULL) == -ETIMEDOUT) {
+		if (rt_futex_wait(&word, 0, a ? CLOCK_REALTIME : CLOCK_MONOTONIC,
+				  a ? &far : NULL) == -ETIMEDOUT) {
 			__atomic_add_fetch(&far_timeouts, 1, __ATOMIC_RELAXED);
 			return NULL; /* retrying at once, a ULT would starve its worker */
 		}
@@ -102,9 +102,9 @@ static void *ring_member(void *a)
 	for (int lap = 0; lap < LAPS; lap++) {
 		uint32_t t;
 		while ((t = __atomic_load_n(&turn, __ATOMIC_ACQUIRE)) % RING != me)
-			pvrt_futex_wait(&turn, t, CLOCK_MONOTONIC, NULL);
+			rt_futex_wait(&turn, t, CLOCK_MONOTONIC, NULL);
 		__atomic_store_n(&turn, t + 1, __ATOMIC_RELEASE);
-		pvrt_futex_wake(&turn, INT_MAX);
+		rt_futex_wake(&turn, INT_MAX);
 	}
 	return NULL;
 }
@@ -131,7 +131,7 @@ static uint32_t fork_word, child_ready;
 static void *fork_waiter(void *a)
 {
 	while (__atomic_load_n(&fork_word, __ATOMIC_ACQUIRE) == 0)
-		pvrt_futex_wait(&fork_word, 0, CLOCK_MONOTONIC, NULL);
+		rt_futex_wait(&fork_word, 0, CLOCK_MONOTONIC, NULL);
 	return a;
 }
 
@@ -140,7 +140,7 @@ static void *child_waiter(void *a)
 	(void)a;
 	struct timespec dl = in_ns(CLOCK_MONOTONIC, 5000000000ull);
 	__atomic_store_n(&child_ready, 1, __ATOMIC_RELEASE);
-	int r = pvrt_futex_wait(&fork_word, 0, CLOCK_MONOTONIC, &dl);
+	int r = rt_futex_wait(&fork_word, 0, CLOCK_MONOTONIC, &dl);
 	return (void *)(intptr_t)r;
 }
 
@@ -163,7 +163,7 @@ static void fork_with_waiter(void)
 		while (!__atomic_load_n(&child_ready, __ATOMIC_ACQUIRE))
 			usleep(1000);
 		usleep(100000); /* let it queue */
-		pvrt_futex_wake(&fork_word, 1);
+		rt_futex_wake(&fork_word, 1);
 		pthread_join(c, &r);
 		_exit(r == NULL ? 0 : 1); /* 0: woken, not timed out */
 	}
@@ -172,11 +172,11 @@ static void fork_with_waiter(void)
 	CHECK(WIFEXITED(status));
 	CHECK_EQ(WEXITSTATUS(status), 0);
 	__atomic_store_n(&fork_word, 1, __ATOMIC_RELEASE);
-	pvrt_futex_wake(&fork_word, INT_MAX);
+	rt_futex_wake(&fork_word, INT_MAX);
 	CHECK_EQ(pthread_join(t, NULL), 0);
 }
 
-/* ---- pvrt_futex_wake_hinted: which waiter goes first, and the skip bound ---- */
+/* ---- rt_futex_wake_hinted: which waiter goes first, and the skip bound ---- */
 static struct pvhint_record hrec[4];
 static pvhint_t hpage = {.rec = hrec, .nr = 4};
 static uint32_t hword;
@@ -191,7 +191,7 @@ static void *hinted_waiter(void *p)
 {
 	struct hwaiter *a = p;
 	pvhint_tls_vcpu = a->vcpu; /* the vCPU the waiter records (as if attached to it) */
-	CHECK_EQ(pvrt_futex_wait(&hword, 0, CLOCK_MONOTONIC, NULL), 0);
+	CHECK_EQ(rt_futex_wait(&hword, 0, CLOCK_MONOTONIC, NULL), 0);
 	pvhint_tls_vcpu = -1;
 	/* Relaxed: the waker joins us before it reuses anything. */
 	__atomic_store_n(&hwoke, a->id, __ATOMIC_RELAXED);
@@ -200,18 +200,18 @@ static void *hinted_waiter(void *p)
 
 static void hqueue(struct hwaiter *a, int id, int vcpu)
 {
-	int before = pvrt_futex_nr_waiters(&hword);
+	int before = rt_futex_nr_waiters(&hword);
 	a->id = id;
 	a->vcpu = vcpu;
 	CHECK_EQ(pthread_create(&a->th, NULL, hinted_waiter, a), 0);
-	while (pvrt_futex_nr_waiters(&hword) == before)
+	while (rt_futex_nr_waiters(&hword) == before)
 		usleep(100);
 }
 
 /* Wake one with the hints and return who woke. */
 static int hwake(struct hwaiter *all, int n)
 {
-	CHECK_EQ(pvrt_futex_wake_hinted(&hword, &hpage), 1);
+	CHECK_EQ(rt_futex_wake_hinted(&hword, &hpage), 1);
 	int id;
 	while ((id = __atomic_load_n(&hwoke, __ATOMIC_RELAXED)) < 0)
 		usleep(100);
@@ -236,12 +236,12 @@ static void hinted_wake(void)
 	CHECK_EQ(hwake(w, 4), 1);
 	CHECK_EQ(hwake(w, 4), 3);
 	CHECK_EQ(hwake(w, 4), 0);
-	CHECK_EQ(pvrt_futex_wake_hinted(&hword, &hpage), 0); /* nobody left */
+	CHECK_EQ(rt_futex_wake_hinted(&hword, &hpage), 0); /* nobody left */
 
-	/* The bound: a waiter on a preempted vCPU is passed over PVRT_FUTEX_MAX_SKIPS times, then
+	/* The bound: a waiter on a preempted vCPU is passed over RT_WAKE_MAX_SKIPS times, then
 	 * goes first although a runnable waiter is queued behind it. */
 	hqueue(&w[0], 10, 0);
-	for (int r = 0; r < PVRT_FUTEX_MAX_SKIPS; r++) {
+	for (int r = 0; r < RT_WAKE_MAX_SKIPS; r++) {
 		hqueue(&w[1], 11 + r, 1);
 		CHECK_EQ(hwake(w, 2), 11 + r);
 	}
@@ -249,16 +249,16 @@ static void hinted_wake(void)
 	CHECK_EQ(hwake(w, 2), 10);
 	CHECK_EQ(hwake(w, 2), 20);
 
-	/* The choice looks at the PVRT_FUTEX_PICK_SCAN oldest only: behind 8 waiters on a
+	/* The choice looks at the RT_WAKE_PICK_SCAN oldest only: behind 8 waiters on a
 	 * preempted vCPU, one on an idle pCPU is not preferred; the oldest goes first. */
-	struct hwaiter many[PVRT_FUTEX_PICK_SCAN + 1];
-	for (int i = 0; i < PVRT_FUTEX_PICK_SCAN; i++)
+	struct hwaiter many[RT_WAKE_PICK_SCAN + 1];
+	for (int i = 0; i < RT_WAKE_PICK_SCAN; i++)
 		hqueue(&many[i], 40 + i, 0);
-	hqueue(&many[PVRT_FUTEX_PICK_SCAN], 60, 2);
-	CHECK_EQ(hwake(many, PVRT_FUTEX_PICK_SCAN + 1), 40);
-	for (int i = 1; i < PVRT_FUTEX_PICK_SCAN; i++) /* now within reach: it goes first */
-		CHECK_EQ(hwake(many, PVRT_FUTEX_PICK_SCAN + 1), i == 1 ? 60 : 40 + i - 1);
-	CHECK_EQ(hwake(many, PVRT_FUTEX_PICK_SCAN + 1), 40 + PVRT_FUTEX_PICK_SCAN - 1);
+	hqueue(&many[RT_WAKE_PICK_SCAN], 60, 2);
+	CHECK_EQ(hwake(many, RT_WAKE_PICK_SCAN + 1), 40);
+	for (int i = 1; i < RT_WAKE_PICK_SCAN; i++) /* now within reach: it goes first */
+		CHECK_EQ(hwake(many, RT_WAKE_PICK_SCAN + 1), i == 1 ? 60 : 40 + i - 1);
+	CHECK_EQ(hwake(many, RT_WAKE_PICK_SCAN + 1), 40 + RT_WAKE_PICK_SCAN - 1);
 
 	/* Without preemption or idle hints: plain FIFO. */
 	hpage.valid = 0;
@@ -294,12 +294,12 @@ int main(void)
 		CHECK_EQ(pthread_create(&p[i], NULL, waiter, i % 2 ? &word : NULL), 0);
 	/* Wake-ups before the value changes are spurious: waiters re-check and wait again. */
 	for (int i = 0; i < 50; i++) {
-		pvrt_futex_wake(&word, 3);
+		rt_futex_wake(&word, 3);
 		pvrt_thread_yield();
 	}
 	CHECK_EQ(__atomic_load_n(&woken, __ATOMIC_RELAXED), 0);
 	__atomic_store_n(&word, 1, __ATOMIC_RELEASE);
-	pvrt_futex_wake(&word, INT_MAX);
+	rt_futex_wake(&word, INT_MAX);
 	for (int i = 0; i < 8; i++)
 		CHECK_EQ(pvrt_thread_join(u[i], NULL), 0);
 	for (int i = 0; i < 2; i++)

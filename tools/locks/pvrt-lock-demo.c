@@ -8,7 +8,7 @@
  *   defaults: P = 2, F = 2, S = 1, N = 3 (the median of N runs is shown).
  * PVRT_EMU, when set, replaces the emulator spec built from P and F.
  */
-#include "../../bench/locks/lockwork.h"
+#include "lockwork.h"
 
 #include <stdbool.h>
 

@@ -9,6 +9,8 @@
 #define _GNU_SOURCE
 #include <pvrt/pvhint.h>
 
+#include "pvrt_os.h"
+
 #include <errno.h>
 #include <getopt.h>
 #include <pthread.h>
@@ -23,13 +25,6 @@ static volatile sig_atomic_t quit;
 static pvhint_t *h;
 static int spin_stop;
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 static void on_signal(int sig)
 {
 	(void)sig;
@@ -43,8 +38,8 @@ static void *spin_main(void *arg)
 		return NULL;
 	/* A runnable vCPU that parks now and then, like a worker: busy 90%, halted 10%. */
 	while (!__atomic_load_n(&spin_stop, __ATOMIC_ACQUIRE)) {
-		uint64_t t = now_ns();
-		while (now_ns() - t < 9000000)
+		uint64_t t = os_now_ns();
+		while (os_now_ns() - t < 9000000)
 			;
 		pvhint_thread_park(h);
 		nanosleep(&(struct timespec){0, 1000000}, NULL);
@@ -146,14 +141,14 @@ int main(int argc, char **argv)
 	for (unsigned v = 0; v < nr; v++)
 		steal0[v] = pvhint_steal(h, v);
 	while (!quit) {
-		uint64_t t0 = now_ns(), t = t0;
+		uint64_t t0 = os_now_ns(), t = t0;
 		memset(pre_ns, 0, nr * sizeof(uint64_t));
 		while (!quit && t - t0 < iv) {
 			bool pre[nr];
 			for (unsigned v = 0; v < nr; v++)
 				pre[v] = pvhint_vcpu_preempted(h, v);
 			nanosleep(&(struct timespec){0, 1000000}, NULL);
-			uint64_t now = now_ns();
+			uint64_t now = os_now_ns();
 			for (unsigned v = 0; v < nr; v++)
 				if (pre[v])
 					pre_ns[v] += now - t;

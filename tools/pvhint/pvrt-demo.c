@@ -17,6 +17,8 @@
 #define _GNU_SOURCE
 #include <pvrt/pvhint.h>
 
+#include "pvrt_os.h"
+
 #include <errno.h>
 #include <getopt.h>
 #include <linux/futex.h>
@@ -30,22 +32,6 @@
 #include <unistd.h>
 
 #define WAITERS 0x80000000u
-
-static inline void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-	__builtin_ia32_pause();
-#elif defined(__aarch64__)
-	__asm__ volatile("yield");
-#endif
-}
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 struct run {
 	pvhint_t *h;
@@ -73,7 +59,7 @@ static void spin_lock(struct run *r, struct worker *w)
 		if (v == 0 && __atomic_compare_exchange_n(&r->lock, &v, me, false, __ATOMIC_ACQUIRE,
 							  __ATOMIC_RELAXED))
 			return;
-		cpu_relax();
+		os_cpu_relax();
 		if (!r->hints || v == 0 || (++spins & 63))
 			continue;
 		unsigned owner = (v & ~WAITERS) - 1;
@@ -86,7 +72,7 @@ static void spin_lock(struct run *r, struct worker *w)
 			continue;
 		struct timespec ts = {0, 2000000};
 		pvhint_thread_park(r->h);
-		syscall(SYS_futex, &r->lock, FUTEX_WAIT_PRIVATE, v | WAITERS, &ts, NULL, 0);
+		os_futex_wait(&r->lock, v | WAITERS, &ts);
 		pvhint_thread_unpark(r->h);
 		w->parks++;
 	}
@@ -96,7 +82,7 @@ static void spin_unlock(struct run *r)
 {
 	/* release: publish the critical section to the next owner */
 	if (__atomic_exchange_n(&r->lock, 0, __ATOMIC_RELEASE) & WAITERS)
-		syscall(SYS_futex, &r->lock, FUTEX_WAKE_PRIVATE, 0x7fffffff, NULL, NULL, 0);
+		os_futex_wake(&r->lock, INT32_MAX);
 }
 
 static void *worker_main(void *arg)
@@ -112,9 +98,9 @@ static void *worker_main(void *arg)
 	pvhint_thread_unpark(r->h);
 	volatile uint64_t sink = 0;
 	while (!__atomic_load_n(&r->stop, __ATOMIC_RELAXED)) {
-		uint64_t t0 = now_ns();
+		uint64_t t0 = os_now_ns();
 		spin_lock(r, w);
-		w->wait_ns += now_ns() - t0;
+		w->wait_ns += os_now_ns() - t0;
 		r->counter++;
 		for (int i = 0; i < 40; i++) /* a short critical section */
 			sink += i;
@@ -153,12 +139,12 @@ static int run_once(const char *spec, bool hints, double seconds, struct result 
 	pthread_barrier_wait(&r.start);
 	for (unsigned i = 0; i < n; i++)
 		steal0[i] = pvhint_steal(r.h, i);
-	uint64_t t0 = now_ns();
+	uint64_t t0 = os_now_ns();
 	nanosleep(
 	    &(struct timespec){(time_t)seconds, (long)((seconds - (double)(time_t)seconds) * 1e9)},
 	    NULL);
 	__atomic_store_n(&r.stop, 1, __ATOMIC_RELAXED);
-	double span = (double)(now_ns() - t0);
+	double span = (double)(os_now_ns() - t0);
 	memset(res, 0, sizeof(*res));
 	res->vcpus = n;
 	for (unsigned i = 0; i < n && i < 64; i++)

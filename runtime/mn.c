@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * M:N mode of libpvrt-preload.so (PVRT_MN=1, pvrt-run --mn): every pthread of an unmodified
- * program is a ULT with its own glibc TLS and thread descriptor (runtime/tls.c). The preload's
- * constructor starts the runtime; the main thread becomes the primary ULT (it stays on worker
- * 0, where it started). See runtime/MN.md for the design and the compatibility table.
+ * M:N mode of libpvrt-preload.so (linked into the preload only) (PVRT_MN=1, pvrt-run --mn): every
+ * pthread of an unmodified program is a ULT with its own glibc TLS and thread descriptor
+ * (runtime/tls.c). The preload's constructor starts the runtime; the main thread becomes the
+ * primary ULT (it stays on worker 0, where it started). See runtime/MN.md for the design and the
+ * compatibility table.
  *
  * pthread_t is the ULT's thread descriptor (TCB), exactly what glibc's pthread_self() returns
  * in it, so pthread_self, pthread_equal, keys (glibc's own, in the ULT's descriptor) and most
@@ -17,8 +18,6 @@
  */
 #define _GNU_SOURCE
 #include "internal.h"
-#include "lk.h"
-#include "mn.h"
 
 #include <pvrt/cond.h>
 
@@ -40,7 +39,7 @@
 
 #define EXPORT __attribute__((visibility("default")))
 
-bool lk_mn_on;
+bool rt_mn_on;
 
 /* glibc's functions, for threads that are not ULTs and for exit/unwinding. */
 #define REALFN(ret, name, ...)                                                                     \
@@ -94,13 +93,13 @@ REALFN(int, sem_getvalue, sem_t *, int *)
 /* The calling ULT in M:N mode, else NULL (the real function is used). */
 static inline struct pvrt_ult *self_ult(void)
 {
-	return lk_likely(lk_mn_on) ? pvrt_ult_current() : NULL;
+	return likely(rt_mn_on) ? rt_ult_current() : NULL;
 }
 
 /* The ULT behind a pthread_t: a ULT's own TCB, or the main thread's for the primary. */
 static struct pvrt_ult *ult_of(pthread_t t)
 {
-	if (!lk_mn_on)
+	if (!rt_mn_on)
 		return NULL;
 	if ((void *)t == pvrt_rt.w[0]->tp)
 		return pvrt_rt.primary;
@@ -133,7 +132,7 @@ __attribute__((noreturn)) static void primary_exit(void)
 		uint32_t n = __atomic_load_n(&pvrt_rt.nlive, __ATOMIC_ACQUIRE);
 		if (!n)
 			break;
-		pvrt_futex_wait(&pvrt_rt.nlive, n, CLOCK_MONOTONIC, NULL);
+		rt_futex_wait(&pvrt_rt.nlive, n, CLOCK_MONOTONIC, NULL);
 	}
 	exit(0);
 }
@@ -153,7 +152,7 @@ EXPORT void pthread_exit(void *v)
 
 static size_t default_stack; /* glibc's default thread stack size */
 
-int lk_mn_create(pthread_t *t, const pthread_attr_t *attr, void *(*fn)(void *), void *arg)
+int rt_mn_create(pthread_t *t, const pthread_attr_t *attr, void *(*fn)(void *), void *arg)
 {
 	pvrt_thread_attr_t a;
 	pvrt_thread_attr_init(&a);
@@ -187,7 +186,7 @@ int lk_mn_create(pthread_t *t, const pthread_attr_t *attr, void *(*fn)(void *), 
 /* Act on a pending cancellation at a cancellation point of the calling ULT. */
 static void testcancel(struct pvrt_ult *u)
 {
-	if (lk_unlikely(__atomic_load_n(&u->cancel, __ATOMIC_ACQUIRE)) && !cancel_disabled) {
+	if (unlikely(__atomic_load_n(&u->cancel, __ATOMIC_ACQUIRE)) && !cancel_disabled) {
 		cancel_disabled = 1;
 		pthread_exit(PTHREAD_CANCELED);
 	}
@@ -196,7 +195,7 @@ static void testcancel(struct pvrt_ult *u)
 /* join with an optional deadline (clk, abs) or none at all (try). */
 static int join(struct pvrt_ult *t, void **ret, bool try, clockid_t clk, const struct timespec *abs)
 {
-	struct pvrt_ult *self = pvrt_ult_current();
+	struct pvrt_ult *self = rt_ult_current();
 	if (t == self)
 		return EDEADLK;
 	if (t->flags & (ULT_F_DETACHED | ULT_F_PRIMARY))
@@ -207,7 +206,7 @@ static int join(struct pvrt_ult *t, void **ret, bool try, clockid_t clk, const s
 		testcancel(self);
 		/* Still queued and ready? Run it now rather than block and wait for it. */
 		if (!try && __atomic_load_n(&t->join, __ATOMIC_ACQUIRE) != 1)
-			pvrt_ult_try_yield_to(t);
+			rt_ult_try_yield_to(t);
 	}
 	for (;;) {
 		/* Acquire pairs with the exiting ULT's exchange: its result is visible. */
@@ -219,7 +218,7 @@ static int join(struct pvrt_ult *t, void **ret, bool try, clockid_t clk, const s
 		if (j == 0 && !__atomic_compare_exchange_n(&t->join, &j, 2, 0, __ATOMIC_RELAXED,
 							   __ATOMIC_RELAXED))
 			continue;
-		int r = pvrt_futex_wait(&t->join, 2, clk, abs);
+		int r = rt_futex_wait(&t->join, 2, clk, abs);
 		if (self)
 			testcancel(self);
 		if (r == -ETIMEDOUT && __atomic_load_n(&t->join, __ATOMIC_ACQUIRE) != 1)
@@ -277,10 +276,10 @@ EXPORT int pthread_cancel(pthread_t t)
 		return 0;
 	/* A sleeper waits on u->cancel itself; a joiner or other waiter gets a spurious wake-up
 	 * (every pvrt wait loops on its condition) and checks again. */
-	pvrt_futex_wake(&u->cancel, INT_MAX);
+	rt_futex_wake(&u->cancel, INT_MAX);
 	const void *wa = __atomic_load_n(&u->wait_addr, __ATOMIC_RELAXED);
 	if (wa)
-		pvrt_futex_wake((uint32_t *)(uintptr_t)wa, INT_MAX);
+		rt_futex_wake((uint32_t *)(uintptr_t)wa, INT_MAX);
 	/* A condvar waiter leaves only when the condvar is signalled: broadcast (spurious
 	 * wake-ups are allowed for condvars); it then checks, with the mutex held. It may have
 	 * published the condvar and not yet queued: retry (bounded) until it is blocked. */
@@ -332,7 +331,7 @@ EXPORT int pthread_setcanceltype(int type, int *old)
 }
 
 /* Condvar waits (preload.c): a cancellation point; the mutex is held again when it acts. */
-void lk_mn_cond_enter(void *c)
+void rt_mn_cond_enter(void *c)
 {
 	struct pvrt_ult *u = self_ult();
 	if (!u)
@@ -346,7 +345,7 @@ void lk_mn_cond_enter(void *c)
 	}
 }
 
-void lk_mn_cond_leave(void)
+void rt_mn_cond_leave(void)
 {
 	struct pvrt_ult *u = self_ult();
 	if (!u)
@@ -366,7 +365,7 @@ static void once_abandon(void *p)
 {
 	/* The initialiser was cancelled: let another caller run it. */
 	__atomic_store_n((uint32_t *)p, 0, __ATOMIC_RELEASE);
-	pvrt_futex_wake(p, INT_MAX);
+	rt_futex_wake(p, INT_MAX);
 }
 
 EXPORT int pthread_once(pthread_once_t *o, void (*fn)(void))
@@ -374,9 +373,9 @@ EXPORT int pthread_once(pthread_once_t *o, void (*fn)(void))
 	uint32_t *w = (uint32_t *)(void *)o;
 	/* Acquire: the initialiser's effects are visible once we see DONE. */
 	uint32_t v = __atomic_load_n(w, __ATOMIC_ACQUIRE);
-	if (lk_likely(v == ONCE_DONE))
+	if (likely(v == ONCE_DONE))
 		return 0;
-	if (!lk_mn_on)
+	if (!rt_mn_on)
 		return REAL(pthread_once, o, fn);
 	for (;;) {
 		if (v == ONCE_DONE)
@@ -389,10 +388,10 @@ EXPORT int pthread_once(pthread_once_t *o, void (*fn)(void))
 			fn();
 			pthread_cleanup_pop(0);
 			__atomic_store_n(w, ONCE_DONE, __ATOMIC_RELEASE);
-			pvrt_futex_wake(w, INT_MAX);
+			rt_futex_wake(w, INT_MAX);
 			return 0;
 		}
-		pvrt_futex_wait(w, v, CLOCK_MONOTONIC, NULL);
+		rt_futex_wait(w, v, CLOCK_MONOTONIC, NULL);
 		v = __atomic_load_n(w, __ATOMIC_ACQUIRE);
 	}
 }
@@ -511,14 +510,14 @@ EXPORT int sched_getcpu(void)
 {
 	if (!self_ult())
 		return REAL(sched_getcpu);
-	return pvrt_worker_vcpu();
+	return rt_worker_vcpu();
 }
 
 /* Sleep until abs on clk: a ULT wait on its own cancel word (pthread_cancel wakes it). */
 static void ult_sleep(struct pvrt_ult *u, clockid_t clk, const struct timespec *abs)
 {
 	testcancel(u);
-	while (pvrt_futex_wait(&u->cancel, 0, clk, abs) == 0)
+	while (rt_futex_wait(&u->cancel, 0, clk, abs) == 0)
 		;
 	testcancel(u);
 }
@@ -614,7 +613,7 @@ static int sem_ret(int r)
 
 EXPORT int sem_init(sem_t *s, int pshared, unsigned value)
 {
-	if (!lk_mn_on || pshared)
+	if (!rt_mn_on || pshared)
 		return REAL(sem_init, s, pshared, value);
 	memset(s, 0, sizeof(*s));
 	int r = pvrt_sem_init((pvrt_sem_t *)(void *)s, value);
@@ -654,7 +653,7 @@ EXPORT int sem_getvalue(sem_t *s, int *v)
 
 static int sem_wait_ult(pvrt_sem_t *p, clockid_t clk, const struct timespec *abs)
 {
-	struct pvrt_ult *u = pvrt_ult_current();
+	struct pvrt_ult *u = rt_ult_current();
 	if (u)
 		testcancel(u);
 	int r = abs ? pvrt_sem_timedwait(p, clk, abs) : pvrt_sem_wait(p);
@@ -703,10 +702,10 @@ static void atfork_child(void)
 	/* Only the forking thread (ULT) exists: it becomes the primary of a new runtime. */
 	pvrt_fork_child_reset();
 	if (start_runtime())
-		lk_mn_on = false; /* no runtime: threads of the child are kernel threads */
+		rt_mn_on = false; /* no runtime: threads of the child are kernel threads */
 }
 
-const char *lk_mn_start(void)
+const char *rt_mn_start(void)
 {
 	pthread_attr_t a;
 	size_t st = 0;
@@ -720,6 +719,6 @@ const char *lk_mn_start(void)
 		return pvrt_errmsg();
 	pthread_atfork(NULL, NULL, atfork_child);
 	/* Release: pthread_create in other (foreign) threads sees the runtime. */
-	__atomic_store_n(&lk_mn_on, true, __ATOMIC_RELEASE);
+	__atomic_store_n(&rt_mn_on, true, __ATOMIC_RELEASE);
 	return NULL;
 }

@@ -1,0 +1,54 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * What the rest of libpvrt may see of the runtime: the one header locks/ includes (and the
+ * preload through them). Everything else in runtime/ (workers, rings, descriptors, the runtime
+ * state of internal.h) stays private to the runtime's C files, so the runtime can change its inside
+ * without touching the locks.
+ *
+ * It gives: the wait/wake primitive (futex.h: pvrt_futex_*, the wake ranking and pick), the OS
+ * layer (pvrt_os.h: clock, CPU relax, the three-state lock), and who is calling: the calling ULT
+ * (opaque), its worker's vCPU, and yielding to a ready ULT (hand-off). All hidden symbols.
+ */
+#ifndef PVRT_RUNTIME_WAIT_H
+#define PVRT_RUNTIME_WAIT_H
+
+#include "futex.h"
+#include "pvrt_os.h"
+
+#include <stdbool.h>
+
+#define PVRT_HIDDEN __attribute__((visibility("hidden")))
+
+struct pvrt_ult;    /* a ULT; opaque outside runtime/ (pvrt_thread_t of <pvrt/thread.h>) */
+struct pvrt_worker; /* opaque outside runtime/ */
+
+/* The worker of the calling kernel thread; NULL in threads that are not workers (initial-exec
+ * TLS, hidden in libpvrt and the preload). A ULT may move to another worker at every switch:
+ * read it again after one (see pvrt_worker_cur in internal.h). */
+extern __thread struct pvrt_worker *rt_tls_worker __attribute__((tls_model("initial-exec")))
+PVRT_HIDDEN;
+
+/* The calling ULT, NULL in threads that are not ULTs. */
+struct pvrt_ult *rt_ult_current(void) PVRT_HIDDEN;
+/* If u is ready in a ring, run it now and queue the caller as ready; true if it switched. */
+bool rt_ult_try_yield_to(struct pvrt_ult *u) PVRT_HIDDEN;
+/* Could rt_ult_try_yield_to(u) switch to u now (it is ready and may run on the caller's
+ * worker)? A racy answer: a true may still be followed by a failed yield. */
+bool rt_ult_can_yield_to(const struct pvrt_ult *u) PVRT_HIDDEN;
+/* The vCPU of the calling worker (for hints), else the CPU the thread runs on. */
+int rt_worker_vcpu(void) PVRT_HIDDEN;
+
+/* ---- M:N mode of the preload (runtime/mn.c, linked into libpvrt-preload.so only) ---- */
+#include <pthread.h>
+/* Set once M:N mode runs: pthreads are ULTs. */
+extern bool rt_mn_on PVRT_HIDDEN;
+/* Start the runtime with the calling (main) thread as the primary ULT: NULL, or why not. */
+const char *rt_mn_start(void) PVRT_HIDDEN;
+/* pthread_create as a ULT; glibc's error numbers. */
+int rt_mn_create(pthread_t *t, const pthread_attr_t *attr, void *(*fn)(void *),
+		 void *arg) PVRT_HIDDEN;
+/* Around a condvar wait of the caller (no-ops unless it is a ULT): cancellation points. */
+void rt_mn_cond_enter(void *c) PVRT_HIDDEN;
+void rt_mn_cond_leave(void) PVRT_HIDDEN;
+
+#endif /* PVRT_RUNTIME_WAIT_H */

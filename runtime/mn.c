@@ -408,7 +408,7 @@ EXPORT int pthread_getattr_np(pthread_t t, pthread_attr_t *attr)
 		return r;
 	/* The usable stack: between the guard and the TLS at the top (see tls.c). */
 	char *lo = (char *)u->stack + u->guard;
-	size_t sz = (size_t)((char *)u->ctx.san.bottom + u->ctx.san.size - lo);
+	size_t sz = (size_t)((char *)u->stack_top - lo); /* set at create, before any run */
 	pthread_attr_setstack(attr, lo, sz);
 	pthread_attr_setguardsize(attr, u->guard);
 	pthread_attr_setdetachstate(attr, (u->flags & ULT_F_DETACHED) ? PTHREAD_CREATE_DETACHED

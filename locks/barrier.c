@@ -4,8 +4,21 @@
  * in 'arrived' under a small internal lock; the last arrival of a round
  * resets 'arrived' and bumps 'gen' (release), which ends the round for
  * everyone. Waiters spin briefly on 'gen' unless some other vCPU is preempted
- * (a peer they wait for may sit there: spinning would only burn the pCPU
- * that peer needs), then park on it.
+ * or the round has more threads than there are CPUs (a peer they wait for may
+ * then not be running: spinning would only burn the CPU that peer needs),
+ * then park on it.
+ *
+ * Thread waiters sleep in the kernel futex on 'gen' itself, so the last
+ * arrival wakes all of them with one system call (as glibc's barrier), not
+ * one per waiter: under oversubscription the waker is often preempted by the
+ * first thread it wakes, and the rest of a one-by-one wake-up then waits for
+ * the waker's next time slice. ULTs park through rt_futex (they switch
+ * away). Which kinds sleep is kept in 'sleepers' (KSLEEP, USLEEP): a waiter
+ * sets its bit, then the kernel (or rt_futex) compares 'gen'; the last
+ * arrival stores 'gen', then takes the bits and wakes only what they name
+ * (both sides sequentially consistent, so one of them sees the other). It
+ * takes them under the internal lock, before the next round's arrivals can
+ * register, so it never takes a bit of a waiter of the next round.
  */
 #define _GNU_SOURCE
 #include <pvrt/barrier.h>
@@ -16,6 +29,7 @@
 #include <stddef.h>
 
 #define C PVRT_LOCK_BARRIER
+enum { KSLEEP = 1, USLEEP = 2 };
 
 _Static_assert(sizeof(pvrt_barrier_t) == 32, "pvrt_barrier_t must fit glibc's pthread_barrier_t");
 _Static_assert(offsetof(pvrt_barrier_t, shared) == 12, "glibc's barrier 'shared' offset");
@@ -53,7 +67,7 @@ int pvrt_barrier_wait(pvrt_barrier_t *b)
 	/* Arrival under the internal lock: reading the round and counting ourselves in it must
 	 * be one step, or an arrival racing with the end of a round (more threads than 'count')
 	 * could count itself in the next round while waiting on the old one. */
-	uint32_t *ilock = &b->pad[0];
+	uint32_t *ilock = &b->pad[0], *sleepers = &b->pad[1];
 	lk_ilock(ilock);
 	uint32_t g = __atomic_load_n(&b->gen, __ATOMIC_RELAXED);
 	uint32_t a = ++b->arrived;
@@ -61,10 +75,15 @@ int pvrt_barrier_wait(pvrt_barrier_t *b)
 	if (a == b->count) {
 		b->arrived = 0;
 		/* Release: everything before every arrival (ordered before us by the internal
-		 * lock) happens-before every waiter's return. */
-		__atomic_store_n(&b->gen, g + 1, __ATOMIC_RELEASE);
+		 * lock) happens-before every waiter's return. Seq_cst: against the waiters'
+		 * set-bit-then-compare (see the file comment). */
+		__atomic_store_n(&b->gen, g + 1, __ATOMIC_SEQ_CST);
+		uint32_t sl = __atomic_exchange_n(sleepers, 0, __ATOMIC_SEQ_CST);
 		lk_iunlock(ilock);
-		lk_wake(&b->gen, INT32_MAX);
+		if (sl & KSLEEP)
+			lk_kwake(&b->gen, INT32_MAX);
+		if (sl & USLEEP)
+			lk_wake(&b->gen, INT32_MAX);
 		leave(b);
 		return PVRT_BARRIER_SERIAL_THREAD;
 	}
@@ -73,7 +92,13 @@ int pvrt_barrier_wait(pvrt_barrier_t *b)
 	pvhint_t *h = lk_hints();
 	struct lk_spin sp;
 	lk_spin_init(&sp, lk_spin_budget(h));
-	for (unsigned i = 0;; i++) {
+	/* Spin only with preemption hints (it then stops when a peer's vCPU is preempted) and when
+	 * every thread of the round can run at once. Without hints a waiter parks at once, as
+	 * glibc's do: phases of real programs rarely end within a spin, and a spin that fails
+	 * costs the CPU (and, on a loaded or oversubscribed machine, the time slice) a peer
+	 * needs. */
+	bool spin = (h->valid & PVHINT_VALID_PREEMPTED) && b->count <= lk_nr_cpus();
+	for (unsigned i = 0; spin; i++) {
 		if (__atomic_load_n(&b->gen, __ATOMIC_ACQUIRE) != g)
 			goto done;
 		if ((i & 15) == 0 && lk_any_other_preempted(h)) {
@@ -83,9 +108,17 @@ int pvrt_barrier_wait(pvrt_barrier_t *b)
 		if (!lk_spin_more(&sp))
 			break;
 	}
+	bool ult = lk_self_ult() != NULL;
 	/* Acquire: see the release bump above. */
-	while (__atomic_load_n(&b->gen, __ATOMIC_ACQUIRE) == g)
-		lk_park(&b->gen, g, CLOCK_MONOTONIC, NULL, C);
+	while (__atomic_load_n(&b->gen, __ATOMIC_ACQUIRE) == g) {
+		__atomic_fetch_or(sleepers, ult ? USLEEP : KSLEEP, __ATOMIC_SEQ_CST);
+		if (ult) {
+			lk_park(&b->gen, g, CLOCK_MONOTONIC, NULL, C);
+			continue;
+		}
+		lk_stat(C, LK_PARKS);
+		lk_kwait(&b->gen, g);
+	}
 done:
 	leave(b);
 	return 0;

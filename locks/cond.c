@@ -13,11 +13,22 @@
  * leaves with ETIMEDOUT) or already being woken (then it waits for the wake,
  * which is at most one mutex hand-over away, and returns 0).
  *
- * Broadcast detaches the queue, links it through 'chain' and signals only the
- * first node. A woken waiter signals its chain successor as soon as it is
- * woken, before it drops its reference and before it locks the mutex again,
- * so the wake-ups ripple down the chain one waiter at a time (no herd of
- * simultaneous wake-ups) and never depend on anyone holding the mutex.
+ * Thread waiters ('kernel' nodes) sleep in the kernel futex on the condvar's
+ * 'kseq' word, each with a bit of its own (FUTEX_WAIT_BITSET, the bit from the
+ * node's address), and check their node's state around it. A signaller
+ * stores SIGNALED and then bumps 'kseq' under the queue lock (so that destroy,
+ * which takes the queue lock, cannot return between the two), and after the
+ * lock wakes the node's bit. Broadcast marks every kernel node SIGNALED in one
+ * lock section and wakes them all with one system call: one wake-up per
+ * waiter in a row would make each waiter wait, under oversubscription, for
+ * the previous one to get a CPU (each hop a scheduling delay, or a whole
+ * time slice of an emulated vCPU).
+ *
+ * ULT nodes (which park through rt_futex) of a broadcast are linked through
+ * 'chain' and only the first is signalled. A woken ULT waiter signals its
+ * chain successor as soon as it is woken, before it drops its reference and
+ * before it locks the mutex again, so the wake-ups ripple down the chain and
+ * never depend on anyone holding the mutex.
  *
  * Destroy: 'refs' counts waiters that may still touch the condvar; destroy
  * waits until they are gone, as glibc's does, so a condvar may be destroyed
@@ -32,12 +43,10 @@
  * a cancellation point as in glibc. glibc acts on a deferred cancel only in a
  * blocking call that switched to asynchronous cancellation around its system
  * call (pthread_cancel then sends SIGCANCEL), so the waiter sleeps in the
- * kernel futex on its node's 'state' itself, asynchronously cancellable only
- * across that call. A cleanup handler (pthread_cleanup_push) then leaves the
- * queue, passes on a signal the waiter already consumed, and locks the mutex
- * again before the application's cleanup handlers run, as POSIX requires.
- * Such a node is marked 'kernel' so that its signaller wakes the kernel futex
- * rather than rt_futex.
+ * kernel futex itself, asynchronously cancellable only across that call. A
+ * cleanup handler (pthread_cleanup_push) then leaves the queue, passes on a
+ * signal the waiter already consumed, and locks the mutex again before the
+ * application's cleanup handlers run, as POSIX requires.
  */
 #define _GNU_SOURCE
 #include <pvrt/cond.h>
@@ -56,9 +65,10 @@ enum { WAITING = 0, CHAINED = 1, SIGNALED = 2 };
 
 struct pvrt_cond_node {
 	uint32_t state;
-	bool kernel;	 /* the waiter sleeps in the kernel futex on 'state' (cancellable wait) */
+	bool kernel;	 /* a thread: sleeps in the kernel futex on 'kseq', bit 'kbit' */
 	uint8_t skipped; /* times a signal passed over it (under the queue lock) */
 	uint32_t vcpu1;	 /* a thread waiter's vCPU + 1 when it queued; 0: a ULT, or unknown */
+	uint32_t kbit;	 /* kernel nodes: the futex bitset it sleeps with */
 	struct pvrt_cond_node *next, *prev;
 	struct pvrt_cond_node *chain; /* broadcast: the waiter to signal after us */
 };
@@ -90,6 +100,19 @@ static void queue_lock(pvrt_cond_t *c)
 		__atomic_store_n(refs_of(c), 0, __ATOMIC_RELAXED);
 		c->pad[1] = gen;
 	}
+}
+
+/* 'kseq' (third padding word, offset 32): bumped after every SIGNALED store to a kernel node, under
+ * the queue lock. */
+static inline uint32_t *kseq_of(pvrt_cond_t *c)
+{
+	return &c->pad[2];
+}
+
+static inline uint32_t kbit_of(const struct pvrt_cond_node *n)
+{
+	/* Nodes are on their waiters' stacks: mix the address so that neighbours differ. */
+	return 1u << (((uintptr_t)n * 0x9E3779B97F4A7C15ull) >> 59);
 }
 
 int pvrt_cond_init(pvrt_cond_t *c, clockid_t clk)
@@ -136,32 +159,44 @@ static void put_ref(pvrt_cond_t *c)
 		lk_wake(refs_of(c), INT32_MAX);
 }
 
+/* A ULT node taken by signal or broadcast (CHAINED): SIGNALED and its wake-up. */
 static void signal_node(struct pvrt_cond_node *n)
 {
-	/* Read before the store below, after which the node may vanish. Set by its waiter before
-	 * it was queued, so visible through the queue lock (or, for a chain successor, through
-	 * the acquire of our own SIGNALED state that followed the broadcaster's queue lock). */
-	bool kernel = n->kernel;
 	/* Release: the chain link (written under the queue lock) and the signaller's writes are
 	 * visible to the woken waiter. After this store the node may vanish (its waiter may see
 	 * SIGNALED and return): the wake on a dead address is harmless, as with any futex. */
 	__atomic_store_n(&n->state, SIGNALED, __ATOMIC_RELEASE);
-	if (kernel) {
-		os_futex_wake(&n->state, 1);
-	} else {
-		lk_wake(&n->state, 1);
-	}
+	lk_wake(&n->state, 1);
 }
 
-/* Wait for the SIGNALED store that follows CHAINED, through the primitive the signaller wakes
- * (not cancellable: this runs in cleanup and error paths). */
+/* A kernel node taken by signal or broadcast, under the queue lock: SIGNALED. The caller then
+ * bumps 'kseq' (kseq_bump, still under the lock) and wakes (kwake) after the lock. */
+static void signal_knode_locked(struct pvrt_cond_node *n)
+{
+	/* Release: the signaller's writes are visible to the woken waiter. After this store the
+	 * node may vanish; the condvar may not (destroy takes the queue lock we hold). */
+	__atomic_store_n(&n->state, SIGNALED, __ATOMIC_RELEASE);
+}
+
+static void kseq_bump(pvrt_cond_t *c)
+{
+	/* Seq_cst: the waiter loads 'kseq' before it checks its state (see kwait). */
+	__atomic_fetch_add(kseq_of(c), 1, __ATOMIC_SEQ_CST);
+}
+
+/* Wake kernel waiters of the bits in 'bits' (after signal_knode_locked, outside the queue lock;
+ * on a destroyed condvar's address it is a harmless spurious wake-up, as with any futex). */
+static void kwake(pvrt_cond_t *c, uint32_t bits)
+{
+	os_futex(kseq_of(c), FUTEX_WAKE_BITSET, INT32_MAX, NULL, bits);
+}
+
+/* Wait for the SIGNALED store that follows CHAINED (a ULT node; not cancellable: this runs in
+ * cleanup and error paths). A kernel node is never CHAINED: it goes from WAITING to SIGNALED
+ * under the queue lock. */
 static void park_chained(struct pvrt_cond_node *n)
 {
-	if (!n->kernel) {
-		lk_park(&n->state, CHAINED, CLOCK_MONOTONIC, NULL, C);
-		return;
-	}
-	os_futex_wait(&n->state, CHAINED, NULL);
+	lk_park(&n->state, CHAINED, CLOCK_MONOTONIC, NULL, C);
 }
 
 /* Take n out of the queue, wherever it is (under the queue lock). */
@@ -204,20 +239,19 @@ static void withdraw(pvrt_cond_t *c, struct pvrt_cond_node *n)
 	put_ref(c);
 }
 
-/* The state of a cancellable wait, read by its cleanup handler. */
+/* The state of a kernel wait, read by its cleanup handler when it is cancellable. */
 struct cwait {
 	pvrt_cond_t *c;
 	void *m;
 	lk_mutex_op lock;
 	struct pvrt_cond_node *n;
-	pvhint_t *told; /* inside lk_park_begin/end: the handle told, else NULL */
+	bool cancellable;
 };
 
 /* Runs when the waiter is cancelled in kwait (glibc unwinds to the frame that pushed it). */
 static void cancel_cleanup(void *p)
 {
 	struct cwait *w = p;
-	lk_park_end(w->told);
 	withdraw(w->c, w->n);
 	lk_stat(C, LK_ACQ);
 	/* POSIX: the mutex is held again when the application's cleanup handlers run. An error
@@ -225,23 +259,28 @@ static void cancel_cleanup(void *p)
 	(void)w->lock(w->m);
 }
 
-/* Sleep in the kernel while n->state == s, asynchronously cancellable across the call only. */
-static int kwait(struct cwait *w, uint32_t s, clockid_t clk, const struct timespec *abs)
+/* Sleep in the kernel until the node may have been signalled (a bump of 'kseq' since it was
+ * found WAITING), asynchronously cancellable across the call only if the wait is. */
+static int kwait(struct cwait *w, clockid_t clk, const struct timespec *abs)
 {
-	int old;
-	/* Volatile: the cleanup handler reads it after an asynchronous cancel. */
-	*(pvhint_t *volatile *)&w->told = lk_park_begin(C);
+	/* Seq_cst, then the state: if the signaller's bump is not seen here, the kernel's compare
+	 * below sees it or the wake that follows it finds us asleep. */
+	uint32_t seq = __atomic_load_n(kseq_of(w->c), __ATOMIC_SEQ_CST);
+	if (__atomic_load_n(&w->n->state, __ATOMIC_SEQ_CST) == SIGNALED)
+		return 0;
+	int op = FUTEX_WAIT_BITSET | (clk == CLOCK_REALTIME ? FUTEX_CLOCK_REALTIME : 0), old = 0;
+	lk_stat(C, LK_PARKS);
 	/* A cancel that is already pending acts inside this call (the cleanup handler runs). */
-	pthread_setcanceltype(PTHREAD_CANCEL_ASYNCHRONOUS, &old);
-	int r = os_futex_wait_abs(&w->n->state, s, clk, abs);
-	pthread_setcanceltype(old, NULL);
-	lk_park_end(w->told);
-	*(pvhint_t *volatile *)&w->told = NULL;
-	return r;
+	if (w->cancellable)
+		pthread_setcanceltype(PTHREAD_CANCEL_ASYNCHRONOUS, &old);
+	int r = os_futex(kseq_of(w->c), op, seq, abs, w->n->kbit);
+	if (w->cancellable)
+		pthread_setcanceltype(old, NULL);
+	return r < 0 ? r : 0;
 }
 
 /* Wait until n is signalled (0) or the deadline passes while it is still queued (-ETIMEDOUT).
- * w: a cancellable wait in the kernel, else NULL (lk_park). */
+ * w: a wait in the kernel (a thread), else NULL (lk_park: a ULT). */
 static int wait_signal(pvrt_cond_t *c, struct pvrt_cond_node *n, clockid_t clk,
 		       const struct timespec *abs, struct cwait *w)
 {
@@ -254,7 +293,7 @@ static int wait_signal(pvrt_cond_t *c, struct pvrt_cond_node *n, clockid_t clk,
 		if (abs && abs->tv_sec < 0)
 			r = -ETIMEDOUT;
 		else if (w)
-			r = kwait(w, s, clk, abs);
+			r = kwait(w, clk, abs);
 		else
 			r = lk_park(&n->state, s, clk, abs, C);
 		if (r != -ETIMEDOUT)
@@ -266,10 +305,12 @@ static int wait_signal(pvrt_cond_t *c, struct pvrt_cond_node *n, clockid_t clk,
 	}
 }
 
-static int wait_cancellable(pvrt_cond_t *c, void *m, lk_mutex_op lock, struct pvrt_cond_node *n,
-			    clockid_t clk, const struct timespec *abs)
+static int wait_kernel(pvrt_cond_t *c, void *m, lk_mutex_op lock, struct pvrt_cond_node *n,
+		       clockid_t clk, const struct timespec *abs, bool cancellable)
 {
-	struct cwait w = {.c = c, .m = m, .lock = lock, .n = n};
+	struct cwait w = {.c = c, .m = m, .lock = lock, .n = n, .cancellable = cancellable};
+	if (!cancellable)
+		return wait_signal(c, n, clk, abs, &w);
 	int result;
 	pthread_cleanup_push(cancel_cleanup, &w);
 	result = wait_signal(c, n, clk, abs, &w);
@@ -283,11 +324,12 @@ int lk_cond_wait(pvrt_cond_t *c, void *m, lk_mutex_op unlock, lk_mutex_op lock, 
 	if (abs && !os_timespec_valid(abs))
 		return -EINVAL;
 	/* A ULT blocks through rt_futex (it switches away); cancellation is for threads. */
-	bool kernel = cancellable && !lk_self_ult();
 	struct pvrt_ult *self = lk_self_ult();
+	bool kernel = !self;
 	/* A ULT's vCPU is where the scheduler puts it when readied: unknown here. */
 	struct pvrt_cond_node n = {
 	    .state = WAITING, .kernel = kernel, .vcpu1 = self ? 0 : lk_self_vcpu1(NULL)};
+	n.kbit = kbit_of(&n);
 
 	queue_lock(c);
 	n.prev = c->tail;
@@ -307,19 +349,23 @@ int lk_cond_wait(pvrt_cond_t *c, void *m, lk_mutex_op unlock, lk_mutex_op lock, 
 		return err;
 	}
 
-	int result = kernel ? wait_cancellable(c, m, lock, &n, clk, abs)
+	int result = kernel ? wait_kernel(c, m, lock, &n, clk, abs, cancellable)
 			    : wait_signal(c, &n, clk, abs, NULL);
-	/* Broadcast: wake the next chained waiter now, before dropping our reference and before
-	 * locking the mutex, so that the chain drains without the mutex (a destroyer may hold it
-	 * and wait for the chained waiters' references; see the file comment). n.chain was
-	 * written under the queue lock before our SIGNALED store (acquired in wait_signal); the
-	 * successor's node is alive: its waiter cannot return before we store SIGNALED. */
+	/* Broadcast (ULT nodes): wake the next chained waiter now, before dropping our reference
+	 * and before locking the mutex, so that the chain drains without the mutex (a destroyer
+	 * may hold it and wait for the chained waiters' references; see the file comment). n.chain
+	 * was written under the queue lock before our SIGNALED store (acquired in wait_signal);
+	 * the successor's node is alive: its waiter cannot return before we store SIGNALED. */
 	if (result == 0 && n.chain)
 		signal_node(n.chain);
 	put_ref(c);
 
 	lk_stat(C, LK_ACQ);
+	if (!self)
+		lk_cond_relock = true;
 	int lr = lock(m);
+	if (!self)
+		lk_cond_relock = false;
 	return lr ? lr : result;
 }
 
@@ -384,12 +430,22 @@ int pvrt_cond_signal(pvrt_cond_t *c)
 	pvhint_t *h = lk_hints();
 	queue_lock(c);
 	struct pvrt_cond_node *n = c->head ? pick(c, h) : NULL;
+	uint32_t kbits = 0;
 	if (n) {
 		unlink_node(c, n);
 		n->chain = NULL;
-		__atomic_store_n(&n->state, CHAINED, __ATOMIC_RELAXED);
+		if (n->kernel) {
+			kbits = n->kbit; /* read before the store: then the node may vanish */
+			signal_knode_locked(n);
+			kseq_bump(c);
+			n = NULL;
+		} else {
+			__atomic_store_n(&n->state, CHAINED, __ATOMIC_RELAXED);
+		}
 	}
 	lk_iunlock(&c->lock);
+	if (kbits)
+		kwake(c, kbits);
 	if (n)
 		signal_node(n);
 	return 0;
@@ -400,14 +456,29 @@ int pvrt_cond_broadcast(pvrt_cond_t *c)
 	if (!__atomic_load_n(&c->head, __ATOMIC_RELAXED))
 		return 0;
 	queue_lock(c);
-	struct pvrt_cond_node *first = c->head;
-	for (struct pvrt_cond_node *n = first; n; n = n->next) {
-		n->chain = n->next;
-		__atomic_store_n(&n->state, CHAINED, __ATOMIC_RELAXED);
+	/* Kernel nodes: SIGNALED now, one wake for all below. ULT nodes: chained in queue order. */
+	struct pvrt_cond_node *first = NULL, **link = &first;
+	bool kernel = false;
+	for (struct pvrt_cond_node *n = c->head, *next; n; n = next) {
+		next = n->next; /* before the store: then the node may vanish */
+		if (n->kernel) {
+			kernel = true;
+			n->chain = NULL;
+			signal_knode_locked(n);
+		} else {
+			*link = n;
+			link = &n->chain;
+			__atomic_store_n(&n->state, CHAINED, __ATOMIC_RELAXED);
+		}
 	}
+	*link = NULL;
+	if (kernel)
+		kseq_bump(c);
 	set_head(c, NULL);
 	c->tail = NULL;
 	lk_iunlock(&c->lock);
+	if (kernel)
+		kwake(c, FUTEX_BITSET_MATCH_ANY);
 	if (first)
 		signal_node(first);
 	return 0;

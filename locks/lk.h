@@ -96,6 +96,13 @@ static inline uint32_t lk_self_vcpu1(struct pvrt_ult *u)
 /* True if any vCPU other than the caller's is preempted (barrier: a missing peer may be there). */
 bool lk_any_other_preempted(pvhint_t *h);
 
+/* Set by a thread (not a ULT) while it relocks the mutex after a condvar wait (mutex.c). */
+extern __thread bool lk_cond_relock;
+
+/* CPUs this process may run on (affinity at first call; cached). More threads than this that
+ * wait for each other cannot all run: a spin then takes the CPU a peer needs. */
+unsigned lk_nr_cpus(void);
+
 /* ---- the caller's identity for owner checks ----
  * A thread: its tid (glibc's, cached; reset in a fork child). A ULT: 0x40000000 | its ULT id
  * (tids stay below 2^22), since the ULTs of one worker share the worker's tid. Both stay below
@@ -135,23 +142,22 @@ void lk_spinq_atfork_child(void);
 /* ---- parking ---- */
 
 /*
- * Park on addr while *addr == val (rt_futex_wait semantics), telling the
- * hint source that this thread blocks so an emulated vCPU whose threads all
- * sleep counts as halted. Returns rt_futex_wait's result.
+ * Park on addr while *addr == val (rt_futex_wait semantics), counted as a park of class cls.
+ * Not reported to the hint source (see common.c). Returns rt_futex_wait's result.
  */
 int lk_park(uint32_t *addr, uint32_t val, clockid_t clk, const struct timespec *abstime,
 	    enum pvrt_lock_class cls);
-
-/* lk_park in two halves, for waits that do not go through rt_futex_wait (the cancellable
- * condvar wait): begin counts the park and tells the hint source (returns whether it told);
- * end takes begin's result (the handle told, or NULL). */
-pvhint_t *lk_park_begin(enum pvrt_lock_class cls);
-void lk_park_end(pvhint_t *told);
 
 static inline int lk_wake(uint32_t *addr, int n)
 {
 	return rt_futex_wake(addr, n);
 }
+
+/* The kernel futex on a process-private word, for waits that only threads (never ULTs) make on
+ * a word shared by all their waiters, so that one wake reaches all of them in one system call
+ * (rt_futex wakes each thread waiter with a call of its own). errno is preserved. */
+int lk_kwait(uint32_t *addr, uint32_t val);
+void lk_kwake(uint32_t *addr, int n);
 
 /* Wake one waiter, preferring one whose vCPU will run soon (see rt_futex_wake_hinted). */
 static inline int lk_wake_one(uint32_t *addr)

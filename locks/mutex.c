@@ -33,6 +33,7 @@
 #include "spinq.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdbool.h>
 
 #define LOCKED	PVRT_MUTEX_LOCKED
@@ -65,7 +66,11 @@ static inline void publish_owner(pvrt_mutex_t *m, int tid, struct pvrt_ult *u)
 	 * which only the reader itself stores. */
 	__atomic_store_n(&m->owner, tid, __ATOMIC_RELAXED);
 	__atomic_store_n(&m->owner_vcpu, vcpu16(lk_self_vcpu1(u)), __ATOMIC_RELAXED);
-	__atomic_store_n(&m->owner_ult, (void *)u, __ATOMIC_RELAXED);
+	/* A thread finds it NULL (only ULT owners set it, and they clear it): leave it alone. In
+	 * an array of structures that embed a mutex (48-byte cells) it is often on the next
+	 * cache line, shared with a neighbour's lock: a store would move that line too. */
+	if (u || __atomic_load_n(&m->owner_ult, __ATOMIC_RELAXED))
+		__atomic_store_n(&m->owner_ult, (void *)u, __ATOMIC_RELAXED);
 }
 
 int pvrt_mutex_init(pvrt_mutex_t *m, int type)
@@ -202,6 +207,44 @@ static bool queue_give_up(void *arg)
 }
 
 /*
+ * Threads spinning on any mutex now. A spinner takes a CPU: with as many spinners as CPUs but
+ * one, the owners and everyone else share the last one, and a further spinner would spin on an
+ * owner that is runnable but not running (more threads than CPUs), which no hint may tell
+ * (source none), and delay it. So a waiter spins only while fewer than CPUs - 1 others do, and
+ * parks at once otherwise (as a woken herd that meets a held mutex then does). Counted on the
+ * contended path only.
+ */
+static uint32_t spinners;
+
+static bool spin_admit(void)
+{
+	unsigned cap = lk_nr_cpus() - 1;
+	/* Relaxed: a count that decides only whether to spin. */
+	if (__atomic_load_n(&spinners, __ATOMIC_RELAXED) >= cap)
+		return false;
+	if (__atomic_fetch_add(&spinners, 1, __ATOMIC_RELAXED) < cap)
+		return true;
+	__atomic_fetch_sub(&spinners, 1, __ATOMIC_RELAXED);
+	return false;
+}
+
+static void spin_leave(void)
+{
+	__atomic_fetch_sub(&spinners, 1, __ATOMIC_RELAXED);
+}
+
+/* In a fork child only the forking thread exists, and it is not spinning. */
+static void spinners_atfork_child(void)
+{
+	__atomic_store_n(&spinners, 0, __ATOMIC_RELAXED);
+}
+
+__attribute__((constructor)) static void spinners_init(void)
+{
+	pthread_atfork(NULL, NULL, spinners_atfork_child);
+}
+
+/*
  * Spin while that can win: the owner's vCPU is not preempted, no hand-off is
  * pending, and the budget lasts. Waiters queue in the spinner queue; only its
  * head polls the word, with back-off (without it the word moved between cores
@@ -210,9 +253,8 @@ static bool queue_give_up(void *arg)
  * hand-shakes. 'extra' is WAITERS once the caller has parked (see the header
  * comment).
  */
-static bool spin_acquire(pvrt_mutex_t *m, uint32_t extra, struct pvrt_ult *self)
+static bool spin_queued(pvrt_mutex_t *m, uint32_t extra, struct pvrt_ult *self, pvhint_t *h)
 {
-	pvhint_t *h = lk_hints();
 	struct mx_thread *t = mx_self();
 	bool blind = !(h->valid & PVHINT_VALID_PREEMPTED) || own_vcpu_shared(t, h, self);
 	struct blind_est *est = blind ? blind_slot(t, m) : NULL;
@@ -281,6 +323,27 @@ static bool spin_acquire(pvrt_mutex_t *m, uint32_t extra, struct pvrt_ult *self)
 	} else if (blind && !moved && c.ran_out) {
 		est->ns -= est->ns / 4;
 	}
+	return got;
+}
+
+/* Spin (spin_queued) unless as many threads spin as the CPUs allow (spin_admit), or, for a
+ * thread relocking after a condvar wait, the owner acquired on the CPU we run on. */
+static bool spin_acquire(pvrt_mutex_t *m, uint32_t extra, struct pvrt_ult *self)
+{
+	pvhint_t *h = lk_hints();
+	/* Waiters woken together by a broadcast meet at the mutex: one whose owner acquired on
+	 * the CPU it runs on now would spin on an owner that waits for this CPU. (For every
+	 * acquisition this rule cost bench_locks up to half its undercommitted throughput: with
+	 * threads migrating on a loaded machine the owner's CPU number is often stale.) */
+	if (!self && lk_cond_relock && !(h->valid & PVHINT_VALID_PREEMPTED)) {
+		uint32_t ov = __atomic_load_n(&m->owner_vcpu, __ATOMIC_RELAXED);
+		if (ov && ov == vcpu16(lk_self_vcpu1(NULL)))
+			return false;
+	}
+	if (!spin_admit())
+		return false;
+	bool got = spin_queued(m, extra, self, h);
+	spin_leave();
 	return got;
 }
 
@@ -580,8 +643,10 @@ int pvrt_mutex_unlock(pvrt_mutex_t *m)
 	}
 	__atomic_store_n(&m->owner, 0, __ATOMIC_RELAXED);
 	/* A spinner between the next owner's CAS and its publish_owner() must not take us (who
-	 * may exit, and whose descriptor finalize frees) for the owner to yield to. */
-	__atomic_store_n(&m->owner_ult, NULL, __ATOMIC_RELAXED);
+	 * may exit, and whose descriptor finalize frees) for the owner to yield to. (Only stored
+	 * when set: see publish_owner.) */
+	if (__atomic_load_n(&m->owner_ult, __ATOMIC_RELAXED))
+		__atomic_store_n(&m->owner_ult, NULL, __ATOMIC_RELAXED);
 	release(m);
 	return 0;
 }

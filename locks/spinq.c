@@ -45,7 +45,7 @@ void lk_spinq_atfork_child(void)
 {
 	pool_lock = 0;
 	if (lk_spinq_mine)
-		lk_spinq_mine->gen = lk_gen();
+		__atomic_store_n(&lk_spinq_mine->gen, lk_gen(), __ATOMIC_RELAXED);
 }
 
 static struct pvrt_spinq_node *node_alloc(void)
@@ -62,7 +62,9 @@ static struct pvrt_spinq_node *node_alloc(void)
 			return NULL; /* the caller parks without spinning */
 		memset(n, 0, sizeof(*n));
 	}
-	n->gen = lk_gen();
+	/* Relaxed atomic: a former neighbour may still read a recycled node (spinq.h); the
+	 * queue's seq_cst exchange publishes it before anyone reaches it anew. */
+	__atomic_store_n(&n->gen, lk_gen(), __ATOMIC_RELAXED);
 	/* Without the exit hook (no keys left) the node stays with the thread's memory slot for
 	 * good: never freed, so still type-stable. */
 	if (exit_key_ok)

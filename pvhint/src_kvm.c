@@ -25,43 +25,35 @@
 int pvhint__page_check(const struct pvhint_header *h, const char *path, size_t pg, bool is_file,
 		       size_t file_size, size_t *len)
 {
-	if (h->magic != PVHINT_MAGIC) {
+	if (h->magic != PVHINT_MAGIC)
 		return pvhint__fail(-EINVAL, "kvm: %s: bad magic 0x%08x (expected 0x%08x)", path,
 				    h->magic, PVHINT_MAGIC);
-	}
-	if (h->abi_version != PVHINT_ABI_VERSION) {
+	if (h->abi_version != PVHINT_ABI_VERSION)
 		return pvhint__fail(
 		    -EPROTO, "kvm: %s: unknown hint ABI version %u (this libpvhint reads %u)", path,
 		    h->abi_version, PVHINT_ABI_VERSION);
-	}
 	/* Pages come from the kernel (kvm), an emulator's export= (emu) or the bpf source. */
 	if (h->source != PVHINT_SOURCE_KVM && h->source != PVHINT_SOURCE_EMU &&
-	    h->source != PVHINT_SOURCE_BPF) {
+	    h->source != PVHINT_SOURCE_BPF)
 		return pvhint__fail(-EINVAL, "kvm: %s: unknown source %u in the header", path,
 				    h->source);
-	}
 	for (unsigned i = 0; i < sizeof(h->reserved) / sizeof(h->reserved[0]); i++) {
-		if (h->reserved[i]) {
+		if (h->reserved[i])
 			return pvhint__fail(-EINVAL, "kvm: %s: reserved header word %u is not zero",
 					    path, i);
-		}
 	}
-	if (h->header_size < sizeof(struct pvhint_header) || h->header_size % pg) {
+	if (h->header_size < sizeof(struct pvhint_header) || h->header_size % pg)
 		return pvhint__fail(-EINVAL, "kvm: %s: bad header_size %u", path, h->header_size);
-	}
 	/* The inline queries index records as an array of struct pvhint_record. */
-	if (h->record_stride != PVHINT_RECORD_SIZE) {
+	if (h->record_stride != PVHINT_RECORD_SIZE)
 		return pvhint__fail(-EINVAL, "kvm: %s: record_stride %u, expected %u", path,
 				    h->record_stride, PVHINT_RECORD_SIZE);
-	}
-	if (h->nr_records == 0 || h->nr_records > PVHINT_MAX_RECORDS) {
+	if (h->nr_records == 0 || h->nr_records > PVHINT_MAX_RECORDS)
 		return pvhint__fail(-EINVAL, "kvm: %s: bad nr_records %u", path, h->nr_records);
-	}
 	*len = h->header_size + (((size_t)h->nr_records * h->record_stride + pg - 1) & ~(pg - 1));
-	if (is_file && file_size < *len) {
+	if (is_file && file_size < *len)
 		return pvhint__fail(-EINVAL, "kvm: %s: truncated (%lld bytes, %u records need %zu)",
 				    path, (long long)file_size, h->nr_records, *len);
-	}
 	return 0;
 }
 

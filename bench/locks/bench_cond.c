@@ -4,14 +4,19 @@
  * broadcasts; T waiters each wake, take the mutex, note the generation, and the last one
  * signals the broadcaster, which starts the next round. Counter: rounds_per_s. Every waiter must
  * reacquire the mutex after each broadcast, so this measures how a broadcast's wake-ups reach
- * the mutex (pvrt: each woken waiter wakes the next, one at a time; glibc: all at once).
+ * the mutex (pvrt and glibc: all thread waiters woken by one system call).
  *
- * pvrt (pvrt_cond + pvrt_mutex) vs glibc (pthread_cond + pthread_mutex). Threads:
- * PVRT_BENCH_THREADS waiters (default 4); under PVRT_HINTS=emu every thread is attached to an
- * emulated vCPU, round robin. PVRT_BENCH_SECONDS per run (default 0.5).
+ * Barrier round trips: T threads meet at a barrier again and again (pvrt_barrier vs
+ * pthread_barrier). Counter: rounds_per_s.
+ *
+ * pvrt (pvrt_cond + pvrt_mutex, pvrt_barrier) vs glibc. Threads (waiters, resp. barrier
+ * threads): PVRT_BENCH_THREADS (default 4), and 2x and 4x the CPUs (oversubscribed: more
+ * threads than CPUs); under PVRT_HINTS=emu every thread is attached to an emulated vCPU, round
+ * robin. PVRT_BENCH_SECONDS per run (default 0.5).
  */
 #include "lockwork.h"
 
+#include <pvrt/barrier.h>
 #include <pvrt/cond.h>
 #include <pvrt/mutex.h>
 #include <pvrt/pvhint.h>
@@ -23,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 enum { K_PVRT, K_GLIBC, K_N };
 static const char *const kname[K_N] = {"pvrt", "glibc"};
@@ -103,7 +109,7 @@ static void bm_broadcast(pvrt_bench_state *st)
 {
 	struct shared *s = calloc(1, sizeof(*s));
 	s->kind = (int)pvrt_bench_arg(st, 0);
-	s->waiters = waiters;
+	s->waiters = (int)pvrt_bench_arg(st, 1);
 	pvhint_t *def = NULL;
 	pvhint_default(&def);
 	if (def && !strcmp(pvhint_source_name(def), "emu"))
@@ -116,7 +122,7 @@ static void bm_broadcast(pvrt_bench_state *st)
 	pthread_cond_init(&s->gdone, NULL);
 	bool attached = s->emu && pvhint_tls_vcpu < 0 && pvhint_emu_attach_next(s->emu) == 0;
 	pthread_t t[64];
-	for (int i = 0; i < waiters; i++)
+	for (int i = 0; i < s->waiters; i++)
 		pthread_create(&t[i], NULL, waiter, s);
 	uint64_t rounds = 0;
 	double t0 = now_s(), t1 = t0;
@@ -145,27 +151,105 @@ static void bm_broadcast(pvrt_bench_state *st)
 	else
 		pthread_cond_broadcast(&s->gc);
 	unlock(s);
-	for (int i = 0; i < waiters; i++)
+	for (int i = 0; i < s->waiters; i++)
 		pthread_join(t[i], NULL);
 	if (attached)
 		pvhint_emu_detach(s->emu);
 	pvrt_bench_counter(st, "rounds_per_s", (double)rounds / (t1 - t0),
 			   PVRT_BENCH_COUNTER_VALUE);
-	pvrt_bench_counter(st, "waiters", waiters, PVRT_BENCH_COUNTER_VALUE);
+	pvrt_bench_counter(st, "waiters", s->waiters, PVRT_BENCH_COUNTER_VALUE);
+	free(s);
+}
+
+struct bar_shared {
+	int kind;
+	pvhint_t *emu;
+	pvrt_barrier_t pb;
+	pthread_barrier_t gb;
+	double t0, t1;
+	uint64_t rounds; /* written by the serial thread of each round */
+	int stop;	 /* set by a serial thread before the round's second barrier */
+};
+
+static bool bar_wait(struct bar_shared *s)
+{
+	if (s->kind == K_PVRT)
+		return pvrt_barrier_wait(&s->pb) == PVRT_BARRIER_SERIAL_THREAD;
+	return pthread_barrier_wait(&s->gb) == PTHREAD_BARRIER_SERIAL_THREAD;
+}
+
+static void *bar_thread(void *p)
+{
+	struct bar_shared *s = p;
+	bool attached = s->emu && pvhint_tls_vcpu < 0 && pvhint_emu_attach_next(s->emu) == 0;
+	for (;;) {
+		if (bar_wait(s)) {
+			s->rounds += 2;
+			if ((s->t1 = now_s()) - s->t0 >= seconds)
+				s->stop = 1;
+		}
+		bar_wait(s); /* everyone reads the same 'stop' */
+		if (s->stop)
+			break;
+	}
+	if (attached)
+		pvhint_emu_detach(s->emu);
+	return NULL;
+}
+
+static void bm_barrier(pvrt_bench_state *st)
+{
+	struct bar_shared *s = calloc(1, sizeof(*s));
+	s->kind = (int)pvrt_bench_arg(st, 0);
+	int n = (int)pvrt_bench_arg(st, 1);
+	pvhint_t *def = NULL;
+	pvhint_default(&def);
+	if (def && !strcmp(pvhint_source_name(def), "emu"))
+		s->emu = def;
+	pvrt_barrier_init(&s->pb, (unsigned)n);
+	pthread_barrier_init(&s->gb, NULL, (unsigned)n);
+	while (pvrt_bench_keep_running(st)) {
+		s->rounds = 0;
+		s->stop = 0;
+		s->t0 = s->t1 = now_s();
+		pthread_t t[64];
+		for (int i = 0; i < n; i++)
+			pthread_create(&t[i], NULL, bar_thread, s);
+		for (int i = 0; i < n; i++)
+			pthread_join(t[i], NULL);
+		pvrt_bench_set_iteration_time(st, s->t1 - s->t0);
+	}
+	pvrt_barrier_destroy(&s->pb);
+	pthread_barrier_destroy(&s->gb);
+	pvrt_bench_counter(st, "rounds_per_s", (double)s->rounds / (s->t1 - s->t0),
+			   PVRT_BENCH_COUNTER_VALUE);
+	pvrt_bench_counter(st, "threads", n, PVRT_BENCH_COUNTER_VALUE);
 	free(s);
 }
 
 int main(int argc, char **argv)
 {
 	lw_env(&seconds, &waiters);
-	for (int k = 0; k < K_N; k++) {
-		char name[64];
-		snprintf(name, sizeof(name), "cond_broadcast/%s", kname[k]);
-		pvrt_bench *b = pvrt_bench_register(strdup(name), bm_broadcast);
-		pvrt_bench_args(b, 1, (int64_t[]){k});
-		pvrt_bench_iterations(b, 1);
-		pvrt_bench_manual_time(b);
-		pvrt_bench_unit_us(b);
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	if (cpus < 1)
+		cpus = 1;
+	int64_t counts[3] = {waiters, 2 * cpus > 64 ? 64 : 2 * cpus, 4 * cpus > 64 ? 64 : 4 * cpus};
+	for (int c = 0; c < 3; c++) {
+		if ((c == 1 && counts[1] == counts[0]) || (c == 2 && counts[2] == counts[0]))
+			continue;
+		for (int w = 0; w < 2; w++) {
+			for (int k = 0; k < K_N; k++) {
+				char name[64];
+				snprintf(name, sizeof(name), "%s/%s",
+					 w ? "barrier" : "cond_broadcast", kname[k]);
+				pvrt_bench *b = pvrt_bench_register(strdup(name),
+								    w ? bm_barrier : bm_broadcast);
+				pvrt_bench_args(b, 2, (int64_t[]){k, counts[c]});
+				pvrt_bench_iterations(b, 1);
+				pvrt_bench_manual_time(b);
+				pvrt_bench_unit_us(b);
+			}
+		}
 	}
 	return pvrt_bench_main(argc, argv);
 }

@@ -214,9 +214,7 @@ static inline void *lw_thread(void *p)
 
 static inline double lw_now(void)
 {
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+	return (double)os_now_ns() * 1e-9;
 }
 
 /* Runs one measurement. Returns 0, or -1 with a message on stderr. */

@@ -13,6 +13,7 @@
 #include <pvrt/thread.h>
 
 #include <pvrt_bench.h>
+#include <pvrt_os.h>
 
 #include <stdint.h>
 #include <stdio.h>
@@ -25,9 +26,7 @@ static long nults = 2000;
 
 static double now_s(void)
 {
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+	return (double)os_now_ns() * 1e-9;
 }
 
 static void *work(void *p)

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * pvrt_barrier: arrivals spin briefly, and park at once when a vCPU is
- * preempted (a peer they wait for may sit there). Fits in glibc's 32-byte
- * pthread_barrier_t ('shared' at glibc's offset).
+ * pvrt_barrier: with preemption hints, arrivals spin briefly while no other
+ * vCPU is preempted and the round fits on the CPUs; otherwise they park at
+ * once. The last arrival wakes every thread waiter with one system call. Fits
+ * in glibc's 32-byte pthread_barrier_t ('shared' at glibc's offset).
  */
 #ifndef PVRT_BARRIER_H
 #define PVRT_BARRIER_H

@@ -2,17 +2,17 @@
 /*
  * pvrt_cond: condition variable.
  *
- * Each waiter queues a node on its own stack and parks on the node.
+ * Each waiter queues a node on its own stack.
  *
  * signal wakes the waiter that will run soonest by the hints (its physical CPU
  * idle, else its vCPU not preempted), among the 8 oldest, the oldest among
  * equals; a waiter passed over 4 times goes next, so hints reorder signals by
  * a bounded amount. Without hints, signal wakes the oldest waiter.
  *
- * broadcast detaches the whole queue and wakes only its first waiter; each
- * woken waiter wakes the next one as soon as it runs, before it locks the
- * mutex again, so the wake-ups reach the mutex one after another rather than
- * as one herd, and only the head of the mutex's spinner queue polls its word.
+ * Thread waiters sleep in the kernel on a word of the condvar, each with a
+ * bit of its own, so broadcast wakes all of them with one system call; ULT
+ * waiters park on their node, and broadcast wakes the first of them, which
+ * wakes the next as soon as it runs, before it locks the mutex again.
  * (Passing the wake-up on only once the mutex is held again -- wait morphing
  * -- deadlocks a destroy under the mutex right after a broadcast;
  * locks/model/cond.pml shows it.)
@@ -37,7 +37,7 @@ typedef struct pvrt_cond {
 	uint32_t clock;		     /* 0: CLOCK_REALTIME, 1: CLOCK_MONOTONIC */
 	struct pvrt_cond_node *head; /* oldest waiter */
 	struct pvrt_cond_node *tail;
-	uint32_t pad[3]; /* [0]: waiters' references, [1]: the queue's fork generation (cond.c) */
+	uint32_t pad[3]; /* [0] waiters' references, [1] fork generation, [2] kseq (cond.c) */
 	uint32_t
 	    glibc_wrefs; /* offset of glibc's __wrefs: bit 0 marks a process-shared glibc cond */
 	uint32_t pad2[2];

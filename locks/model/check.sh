@@ -14,7 +14,7 @@ for model in "$here"/*.pml; do
 	name=$(basename "$model" .pml)
 	dir="$work/$name"
 	rm -rf "$dir" && mkdir -p "$dir" && cd "$dir"
-	cp "$model" . && model=$(basename "$model")
+	cp "$here"/*.pml . && model=$(basename "$model")
 	spin -a "$model" >spin.log 2>&1 || { cat spin.log; echo "$name: spin -a failed"; status=1; continue; }
 	cc -O2 -DSAFETY -DCOLLAPSE -DVECTORSZ=4096 -o pan pan.c 2>cc.log || {
 		cat cc.log; echo "$name: cannot compile pan.c"; status=1; continue; }

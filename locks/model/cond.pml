@@ -1,9 +1,21 @@
 /*
  * Promela model of pvrt_cond (locks/cond.c): the waiter queue, signal, the
- * broadcast chain, timeouts, cancellation and destroy's reference count.
- * cond.c has no sequence or generation counter: each wait queues a node of
- * its own, and the node's state (WAITING, CHAINED, SIGNALED) is a one-shot
- * event that only the queue owner starts and only one signaller completes.
+ * broadcast (one wake-up for the thread waiters, the chain for ULT waiters),
+ * timeouts, cancellation and destroy's reference count. Each wait queues a
+ * node of its own, and the node's state (WAITING, CHAINED, SIGNALED) is a
+ * one-shot event that only the queue owner starts and only one signaller
+ * completes. Two kinds of node (KERNEL_WAITERS, a bit mask of waiters):
+ *  - a thread's (kernel) node sleeps in the kernel futex on the shared word
+ *    'kseq': it reads kseq, then its state, and sleeps while kseq is
+ *    unchanged. A signal or broadcast stores SIGNALED and bumps kseq in its
+ *    lock section (WAITING -> SIGNALED directly) and wakes kseq after it: a
+ *    signal the node's bit (which may wake other kernel waiters whose bit is
+ *    the same: a spurious wake-up, one per signal at most), a broadcast all;
+ *  - a ULT's node parks on its own state (pvrt_futex); a signal marks it
+ *    CHAINED and stores SIGNALED after the section; a broadcast chains the
+ *    ULT nodes and signals the first, and each woken ULT waiter signals the
+ *    next before it relocks the mutex.
+ * cond_kernel.pml checks the same with every waiter a kernel node.
  *
  * Checked (locks/model/check.sh, a ctest):
  *  - no lost wake-up: waiters wait under the mutex for a token that the
@@ -21,7 +33,9 @@
  *    SIGNALED store never lands on a node whose waiter has left; no waiter
  *    touches the condvar after destroy has returned 0.
  *
- * Model: three waiters, the signaller and the mutex. Waiter 0 waits without
+ * Model: three waiters, the signaller and the mutex. Waiters 0 and 1 are ULTs
+ * and waiter 2 a thread (KERNEL_WAITERS 4), so broadcast both chains and
+ * wakes in one call. Waiter 0 waits without
  * a limit; waiter 1 uses a timed wait (it may time out at any moment, also
  * when a signal takes it at the same time, and then gives up without looking
  * at the predicate: a timed-out wait that had consumed a signal would leave a
@@ -83,6 +97,10 @@
  *    think itself still queued).
  */
 #define NW	   3
+#ifndef KERNEL_WAITERS
+#define KERNEL_WAITERS 4 /* waiter 2 is a thread, 0 and 1 are ULTs */
+#endif
+#define KERN(w) (((KERNEL_WAITERS) >> (w)) & 1)
 #define NONE	   255
 #define WAITING	   0
 #define CHAINED	   1
@@ -93,6 +111,7 @@
 #define CANCELED   2
 #define BY_SIG	   1
 #define BY_BC	   2
+#define ALL	   254 /* kw: a broadcast's wake of every kernel waiter */
 
 byte mtx = 0;      /* the mutex: 0 or holder's pid + 1 */
 byte tok = 0;      /* the predicate: tokens added by the signaller */
@@ -100,7 +119,8 @@ byte q[NW] = NONE; /* the FIFO of queued nodes, head at q[0]; NONE past ql */
 byte ql = 0;
 byte st[NW];       /* node state, node i belongs to waiter i */
 byte chain[NW];    /* broadcast: the node to signal after this one */
-bool pk[NW];       /* waiter i is parked on st[i] */
+bool pk[NW];       /* waiter i is parked: on st[i] (ULT) or on kseq (kernel) */
+byte kseq = 0;     /* the kernel nodes' futex word */
 byte refs = 0;     /* waiters that may touch the condvar, | DESTROYING */
 bool pkr = 0;      /* destroy is parked on refs */
 bool destroyed = 0;
@@ -163,27 +183,46 @@ inline signal_section()
 		qremove(k);
 		k = 0;
 		chain[n] = NONE;
-		st[n] = CHAINED;
 		taker[n] = BY_SIG;
-		sigcredit++
+		sigcredit++;
+		if
+		:: KERN(n) -> st[n] = SIGNALED; kseq++; kw = n; n = NONE
+		:: else -> st[n] = CHAINED
+		fi
 	:: else -> n = NONE
 	fi
 }
 
-/* pvrt_cond_broadcast's lock section: detach the queue, link it through chain. */
+/* pvrt_cond_broadcast's lock section: detach the queue; kernel nodes SIGNALED
+ * (one kseq bump), ULT nodes linked through chain in queue order. */
 inline broadcast_section()
 {
 	assert(!destroyed);
-	n = q[0];
+	n = NONE;
+	k = NONE; /* the last ULT node linked */
 	i = 0;
 	do
 	:: i < ql ->
-		chain[q[i]] = (i + 1 < NW -> q[i + 1] : NONE);
-		st[q[i]] = CHAINED;
 		taker[q[i]] = BY_BC;
+		chain[q[i]] = NONE;
+		if
+		:: KERN(q[i]) -> st[q[i]] = SIGNALED; kw = ALL
+		:: else ->
+			st[q[i]] = CHAINED;
+			if
+			:: k == NONE -> n = q[i]
+			:: else -> chain[k] = q[i]
+			fi;
+			k = q[i]
+		fi;
 		i++
 	:: else -> break
 	od;
+	if
+	:: kw == ALL -> kseq++
+	:: else -> skip
+	fi;
+	k = 0;
 	do
 	:: ql > 0 -> ql--; q[ql] = NONE
 	:: else -> break
@@ -191,9 +230,39 @@ inline broadcast_section()
 	i = 0
 }
 
-/* After either section: signal the node taken (the first of a chain). */
+/* kwake after a section: FUTEX_WAKE_BITSET on kseq, outside the lock (it uses the
+ * address only, so it may follow destroy's return). A signal's bit wakes its
+ * node's waiter and may wake other kernel waiters with the same bit; a
+ * broadcast's wakes every kernel waiter. */
+inline kwake()
+{
+	if
+	:: kw == NONE -> skip
+	:: else ->
+		atomic {
+			i = 0;
+			do
+			:: i < NW ->
+				if
+				:: KERN(i) && (kw == ALL || kw == i) -> pk[i] = 0
+				:: KERN(i) && !(kw == ALL || kw == i) -> skip
+				:: KERN(i) && !(kw == ALL || kw == i) -> pk[i] = 0 /* same bit */
+				:: !KERN(i) -> skip
+				fi;
+				i++
+			:: else -> break
+			od;
+			i = 0;
+			kw = NONE
+		}
+	fi
+}
+
+/* After either section: wake the kernel nodes taken, signal the ULT node taken
+ * (the first of a chain). */
 inline signal_taken()
 {
+	kwake();
 	if
 	:: n != NONE -> signal_node(n)
 	:: else -> skip
@@ -301,10 +370,11 @@ inline take_or_queue()
  * cleanup handler, which unlocks the mutex its withdrawal relocked). */
 active [NW] proctype Waiter()
 {
-	byte me, s, r, i, k, n, pr;
+	byte me, s, r, i, k, n, pr, kv, kw = NONE;
 	bool timed, fin;
 
 	me = _pid;
+	assert(me != 2 || KERN(me)); /* cancellation is for threads */
 	atomic { lock(); take_or_queue() }
 	do
 	:: fin -> break
@@ -316,14 +386,32 @@ ws:
 		:: s == SIGNALED -> s = 0; r = OK; goto woken
 		:: else -> skip
 		fi;
-		/* lk_park / kwait(st[me], s): blocks only while the state is still s */
-		atomic {
+		if
+		:: KERN(me) ->
+			/* kwait: kseq, then the state, then sleep while kseq is unchanged */
+			kv = kseq;
 			if
-			:: st[me] == s -> pk[me] = 1
-			:: else -> skip   /* -EAGAIN */
+			:: st[me] == SIGNALED -> kv = 0; s = 0; r = OK; goto woken
+			:: else -> skip
 			fi;
-			s = 0
-		}
+			atomic {
+				if
+				:: kseq == kv -> pk[me] = 1
+				:: else -> skip   /* -EAGAIN */
+				fi;
+				kv = 0;
+				s = 0
+			}
+		:: else ->
+			/* lk_park(st[me], s): blocks only while the state is still s */
+			atomic {
+				if
+				:: st[me] == s -> pk[me] = 1
+				:: else -> skip   /* -EAGAIN */
+				fi;
+				s = 0
+			}
+		fi;
 		/* The futex's return and the lock section that follows a timeout or
 		 * cancel are one step: in between only the waiter's own state and
 		 * pk[me] (which a wake can only clear) differ. */
@@ -360,7 +448,9 @@ ws:
 		goto ws;
 
 withdraw:
-		/* taken by a signal or broadcast: wait for the SIGNALED store (park_chained) */
+		/* taken by a signal or broadcast: wait for the SIGNALED store (park_chained;
+		 * a kernel node was SIGNALED in the section that took it) */
+		assert(!KERN(me) || st[me] == SIGNALED);
 		do
 		:: st[me] == SIGNALED -> break
 		:: else ->
@@ -425,7 +515,7 @@ left:
  * destroy is allowed. */
 active proctype Signaller()
 {
-	byte round, n, i, k, dr;
+	byte round, n, i, k, dr, kw = NONE;
 	bool busy, cas;
 
 	round = 0;

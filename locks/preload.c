@@ -38,6 +38,7 @@
 #include "lk_cond.h"
 
 #include <dlfcn.h>
+#include <link.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -225,6 +226,18 @@ static int op_lock(void *m)
 	return -pthread_mutex_lock(m);
 }
 
+/* A cancellation point; in M:N mode, a ULT's cancellation acts before or after the wait. */
+static int cond_wait(pthread_cond_t *c, pthread_mutex_t *m, clockid_t clk,
+		     const struct timespec *abs)
+{
+	if (lk_likely(!rt_mn_on))
+		return -lk_cond_wait(PC(c), m, op_unlock, op_lock, clk, abs, true);
+	rt_mn_cond_enter(PC(c));
+	int r = -lk_cond_wait(PC(c), m, op_unlock, op_lock, clk, abs, true);
+	rt_mn_cond_leave();
+	return r;
+}
+
 EXPORT int pthread_cond_init(pthread_cond_t *c, const pthread_condattr_t *attr)
 {
 	int pshared = PTHREAD_PROCESS_PRIVATE;
@@ -249,7 +262,7 @@ EXPORT int pthread_cond_wait(pthread_cond_t *c, pthread_mutex_t *m)
 {
 	if (cond_foreign(c))
 		return CALL_REAL(pthread_cond_wait, c, m);
-	return -lk_cond_wait(PC(c), m, op_unlock, op_lock, CLOCK_MONOTONIC, NULL, true);
+	return cond_wait(c, m, CLOCK_MONOTONIC, NULL);
 }
 
 EXPORT int pthread_cond_timedwait(pthread_cond_t *c, pthread_mutex_t *m, const struct timespec *abs)
@@ -258,7 +271,7 @@ EXPORT int pthread_cond_timedwait(pthread_cond_t *c, pthread_mutex_t *m, const s
 		return CALL_REAL(pthread_cond_timedwait, c, m, abs);
 	clockid_t clk =
 	    __atomic_load_n(&PC(c)->clock, __ATOMIC_RELAXED) ? CLOCK_MONOTONIC : CLOCK_REALTIME;
-	return -lk_cond_wait(PC(c), m, op_unlock, op_lock, clk, abs, true);
+	return cond_wait(c, m, clk, abs);
 }
 
 EXPORT int pthread_cond_clockwait(pthread_cond_t *c, pthread_mutex_t *m, clockid_t clk,
@@ -268,7 +281,7 @@ EXPORT int pthread_cond_clockwait(pthread_cond_t *c, pthread_mutex_t *m, clockid
 		return CALL_REAL(pthread_cond_clockwait, c, m, clk, abs);
 	if (!lk_valid_clock(clk))
 		return EINVAL;
-	return -lk_cond_wait(PC(c), m, op_unlock, op_lock, clk, abs, true);
+	return cond_wait(c, m, clk, abs);
 }
 
 EXPORT int pthread_cond_signal(pthread_cond_t *c)
@@ -491,14 +504,44 @@ static void *start_thread(void *p)
 	return s.fn(s.arg);
 }
 
+static void *self_base; /* threads the preload makes itself (workers) are kernel threads */
+/* The address ranges of those two libraries (set at load: a lookup per pthread_create, dladdr,
+ * cost more than the creation of a ULT). */
+static uintptr_t own_lo[2], own_hi[2];
+
+static int find_ranges(struct dl_phdr_info *in, size_t size, void *data)
+{
+	(void)size;
+	(void)data;
+	for (int k = 0; k < 2; k++) {
+		void *base = k ? self_base : hint_lib_base;
+		if (!base || (void *)in->dlpi_addr != base)
+			continue;
+		for (int i = 0; i < in->dlpi_phnum; i++) {
+			const ElfW(Phdr) *ph = &in->dlpi_phdr[i];
+			if (ph->p_type != PT_LOAD)
+				continue;
+			uintptr_t lo = in->dlpi_addr + ph->p_vaddr, hi = lo + ph->p_memsz;
+			if (!own_lo[k] || lo < own_lo[k])
+				own_lo[k] = lo;
+			if (hi > own_hi[k])
+				own_hi[k] = hi;
+		}
+	}
+	return 0;
+}
+
 static bool called_from_hint_lib(void *ret)
 {
-	Dl_info info;
-	return hint_lib_base && dladdr(ret, &info) && info.dli_fbase == hint_lib_base;
+	uintptr_t a = (uintptr_t)ret;
+	return (a >= own_lo[0] && a < own_hi[0]) || (a >= own_lo[1] && a < own_hi[1]);
 }
 
 EXPORT int pthread_create(pthread_t *t, const pthread_attr_t *attr, void *(*fn)(void *), void *arg)
 {
+	if (__atomic_load_n(&rt_mn_on, __ATOMIC_ACQUIRE) &&
+	    !called_from_hint_lib(__builtin_return_address(0)))
+		return rt_mn_create(t, attr, fn, arg);
 	if (!__atomic_load_n(&emu_handle, __ATOMIC_ACQUIRE) ||
 	    called_from_hint_lib(__builtin_return_address(0)))
 		return CALL_REAL(pthread_create, t, attr, fn, arg);
@@ -640,6 +683,27 @@ static void parse_locks_env(void)
 		 locks);
 }
 
+/* PVRT_MN=1 (pvrt-run --mn): pthreads become ULTs (runtime/mn.c). A runtime that cannot start is
+ * reported and the program runs in lock-only mode. */
+static void start_mn(void)
+{
+	const char *mn = secure_getenv("PVRT_MN");
+	if (!mn || !*mn || !strcmp(mn, "0"))
+		return;
+	if (strcmp(mn, "1")) {
+		env_warn("PVRT_MN='%.64s' is not valid (accepted: 0, 1, or unset); M:N mode off",
+			 mn);
+		return;
+	}
+	if (all_glibc) {
+		env_warn("PVRT_MN=1 needs pvrt's locks (PVRT_LOCKS=glibc given); M:N mode off");
+		return;
+	}
+	const char *why = rt_mn_start();
+	if (why)
+		env_warn("PVRT_MN=1: cannot start the runtime (%s); M:N mode off", why);
+}
+
 /*
  * export= makes this process's emulator publish its page in a file. Programs it starts load the
  * preload again and would each open an emulator exporting to the same path: only this process,
@@ -691,6 +755,9 @@ __attribute__((constructor)) static void preload_init(void)
 	Dl_info info;
 	if (dladdr((void *)pvhint_header, &info))
 		hint_lib_base = info.dli_fbase;
+	if (dladdr((void *)preload_init, &info))
+		self_base = info.dli_fbase;
+	dl_iterate_phdr(find_ranges, NULL);
 	pvhint_t *h = NULL;
 	if (pvhint_default(&h) < 0) {
 		/* A bad PVRT_HINTS or PVRT_EMU (libpvhint's message names the variable, the
@@ -706,5 +773,6 @@ __attribute__((constructor)) static void preload_init(void)
 		__atomic_store_n(&emu_handle, h, __ATOMIC_RELEASE);
 		attach_self();
 	}
+	start_mn();
 	errno = saved;
 }

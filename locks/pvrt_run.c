@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * pvrt-run [--hints=SRC] [--emu=SPEC] [--locks=pvrt|glibc] [--stats] [--] PROGRAM [ARGS...]
+ * pvrt-run [--hints=SRC] [--emu=SPEC] [--locks=pvrt|glibc] [--mn] [--workers=N] [--stats] [--]
+ *          PROGRAM [ARGS...]
  *
  * Runs PROGRAM with libpvrt-preload.so (pvrt's locks behind glibc's pthread
  * lock functions) and the chosen hint source. --emu=SPEC selects the overcommit
@@ -11,7 +12,9 @@
  * When ULTs ran in PROGRAM (M:N mode), --stats also prints per worker: ULT switches, steals,
  * preemptions, hand-offs of the worker for a ULT blocked in the kernel, and ULTs created.
  * --locks=glibc keeps glibc's locks (everything else unchanged, e.g. thread placement under
- * --emu): the baseline for comparisons under the emulator.
+ * --emu): the baseline for comparisons under the emulator. --mn runs every pthread of PROGRAM as
+ * a ULT of pvrt's runtime (PVRT_MN=1, runtime/MN.md); --workers=N sets the runtime's worker
+ * count (PVRT_WORKERS).
  *
  * Exit status: PROGRAM's (128 + signal if it was killed); 2 for a usage error;
  * 127 if PROGRAM cannot be run.
@@ -39,11 +42,13 @@
 static void usage(FILE *f)
 {
 	fprintf(
-	    f, "usage: pvrt-run [--hints=SRC] [--emu=SPEC] [--locks=pvrt|glibc] [--stats] [--] "
-	       "PROGRAM [ARGS...]\n"
+	    f, "usage: pvrt-run [--hints=SRC] [--emu=SPEC] [--locks=pvrt|glibc] [--mn] "
+	       "[--workers=N] [--stats] [--] PROGRAM [ARGS...]\n"
 	       "  --hints=SRC   hint source: auto (default), kvm, bpf, emu, none\n"
 	       "  --emu=SPEC    overcommit emulator, e.g. vcpus=4,pcpus=2 (implies --hints=emu)\n"
 	       "  --locks=KIND  pvrt (default) or glibc (the baseline: glibc's locks, same setup)\n"
+	       "  --mn          M:N mode: every pthread is a ULT of pvrt's runtime\n"
+	       "  --workers=N   the runtime's worker threads (1..256; default: one per CPU)\n"
 	       "  --stats       print per-lock-class statistics when PROGRAM exits\n"
 	       "  --help        this text\n");
 }
@@ -150,8 +155,8 @@ static void print_stats(const char *path)
 
 int main(int argc, char **argv)
 {
-	const char *hints = NULL, *emu = NULL, *locks = NULL;
-	bool stats = false;
+	const char *hints = NULL, *emu = NULL, *locks = NULL, *workers = NULL;
+	bool stats = false, mn = false;
 	int i = 1;
 	for (; i < argc; i++) {
 		const char *a = argv[i];
@@ -169,6 +174,10 @@ int main(int argc, char **argv)
 			locks = a + 8;
 		else if (!strcmp(a, "--stats"))
 			stats = true;
+		else if (!strcmp(a, "--mn"))
+			mn = true;
+		else if (!strncmp(a, "--workers=", 10))
+			workers = a + 10;
 		else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
 			usage(stdout);
 			return 0;
@@ -184,6 +193,15 @@ int main(int argc, char **argv)
 		return usage_error("unknown hint source '%s' (auto, kvm, bpf, emu, none)", hints);
 	if (locks && strcmp(locks, "pvrt") && strcmp(locks, "glibc"))
 		return usage_error("--locks is pvrt or glibc, not '%s'", locks);
+	if (workers) {
+		char *end;
+		errno = 0;
+		long n = strtol(workers, &end, 10);
+		if (!*workers || *end || errno || n < 1 || n > 256)
+			return usage_error("--workers is a number in 1..256, not '%s'", workers);
+	}
+	if (mn && locks && !strcmp(locks, "glibc"))
+		return usage_error("%s", "--mn needs pvrt's locks, not --locks=glibc");
 	if (emu && !*emu)
 		return usage_error("%s", "--emu needs a SPEC, e.g. --emu=vcpus=4,pcpus=2");
 	if (emu && hints && strcmp(hints, "emu"))
@@ -220,6 +238,10 @@ int main(int argc, char **argv)
 		setenv("PVRT_EMU", emu, 1);
 	if (locks)
 		setenv("PVRT_LOCKS", locks, 1);
+	if (mn)
+		setenv("PVRT_MN", "1", 1);
+	if (workers)
+		setenv("PVRT_WORKERS", workers, 1);
 
 	/* --emu=...,export=PATH: PROGRAM's process exports (the check above created and removed
 	 * the file, so the path is free and ours); one that leaves by _exit (dash does), exec or a

@@ -91,6 +91,17 @@ static __thread struct emu_thr *emu_self IE;
  */
 static __thread int emu_in_lock IE;
 
+unsigned pvhint_thread_tls_words(struct pvhint_tls_word *out, unsigned max)
+{
+	struct pvhint_tls_word w[] = {{&emu_self, sizeof(emu_self)},
+				      {&emu_in_lock, sizeof(emu_in_lock)},
+				      {&pvhint_tls_vcpu, sizeof(pvhint_tls_vcpu)}};
+	unsigned n = sizeof(w) / sizeof(w[0]);
+	for (unsigned i = 0; i < n && i < max; i++)
+		out[i] = w[i];
+	return n;
+}
+
 /* Protects attach/detach against close (t->emu) and the stop signal's installation. */
 static uint32_t glock;
 static int sig_refs, sig_no;

@@ -15,6 +15,7 @@
 #include "lock.h"
 #include "pvrt_os.h"
 #include "san.h"
+#include "tls.h"
 #include "wait.h"
 #include "pvrt_sched.h"
 
@@ -84,13 +85,20 @@ struct pvrt_ult {
 	void *ret;
 	uint32_t join; /* futex word: 0 running, 1 exited, 2 running and someone waits */
 	uint32_t refs; /* handle + the ULT itself; the last one returns the descriptor */
-	void *stack;   /* mapping (guard page at its bottom), NULL for the primary */
+	void *stack;   /* mapping (guard pages at its bottom), NULL for the primary */
 	size_t stack_len;
+	size_t guard;	  /* guard bytes at the bottom of the mapping */
+	void *tp;	  /* own thread pointer (TCB, tls.c), NULL: the worker's */
+	uint64_t sigmask; /* with own TLS: its signal mask, loaded when it runs (kernel sigset) */
+	void *stack_top;  /* with own TLS: the stack's end, below the TLS blocks */
 	unsigned vg_id;
 	void *fresh_sp; /* until the first run (ctx.sp NULL): the initial frame's sp in 'frame' */
 	_Alignas(16) unsigned char frame[PVRT_CTX_FRAME];
 	struct pvrt_keyvals *keys;
-	const void *wait_addr; /* what it waits on (debugging) */
+	const void *wait_addr; /* what it waits on (debugging; M:N cancellation wakes it) */
+	uint32_t cancel;       /* M:N (locks/mn.c): futex word, 1 once pthread_cancel'led */
+	void *cancel_cond;     /* M:N: the condvar it waits on, for pthread_cancel */
+	char name[16];	       /* M:N: pthread_setname_np */
 #if PVRT_INJECT_WFCQ
 	struct cds_wfcq_node qnode;
 #endif
@@ -144,7 +152,8 @@ struct pvrt_worker {
 	void *post_arg;
 	struct pvrt_ctxrec sched; /* the scheduler context */
 	unsigned idx;
-	unsigned tick; /* scheduling decisions, to poll timers now and then */
+	unsigned tick;	   /* scheduling decisions, to poll timers now and then */
+	unsigned inj_tick; /* local picks, to take the injection queue now and then */
 	uint64_t rng[2];
 	struct pvrt_ult *pool; /* free descriptors, most with their stacks */
 	unsigned npool;
@@ -164,6 +173,10 @@ struct pvrt_worker {
 	unsigned vcpu;	     /* vCPU for hints */
 	pthread_t thread;
 	void *altstack;
+	void *tp;	  /* the kernel thread's own thread pointer */
+	void *cur_tp;	  /* the thread pointer loaded now */
+	int tid;	  /* the kernel thread's tid */
+	uint64_t sigmask; /* the kernel thread's signal mask now (per-ULT TLS mode) */
 
 	/* Timers: a binary min-heap under 'tlock'. */
 	struct pvrt_lock tlock PVRT_ALIGNED;
@@ -197,6 +210,7 @@ struct pvrt_m {
 	struct pvrt_ult *lost_ult; /* the ULT it ran when its worker was taken */
 	struct pvrt_ult *post_ult; /* that ULT, readied by the home context */
 	struct pvrt_ctxrec home;   /* its scheduler context (saved there once it lost its worker) */
+	void *tp; /* its own thread pointer (M:N mode: the home context runs on it) */
 	pid_t tid;
 	int statfd; /* /proc/thread-self/stat, read by sysmon; -1 */
 	int emu;    /* attached to the emulator's vCPU of its worker */
@@ -216,8 +230,9 @@ struct pvrt_rt {
 	struct pvrt_sched_view view;
 	pvhint_t *hint;
 	int emu;
-	int slots; /* the hint records are thread slots (bpf): a worker's is its thread's */
-	size_t stack_size;
+	int slots;	   /* the hint records are thread slots (bpf): a worker's is its thread's */
+	size_t stack_size; /* default mapping: usable size + guard page (+ TLS reserve) */
+	int ult_tls;	   /* every ULT gets its own glibc TLS (tls.c) */
 	uint64_t poll_min, poll_max;
 	int eager_timers;
 	uint64_t timer_slack; /* ns a timer may fire late, to share fires */
@@ -356,13 +371,22 @@ void pvrt_pool_fini(void) PVRT_HIDDEN;
  * (w's owner, about to park). */
 void pvrt_stacks_trim(struct pvrt_worker *w, bool global) PVRT_HIDDEN;
 void pvrt_ult_init_primary(struct pvrt_ult *u) PVRT_HIDDEN;
-int pvrt_stack_alloc(size_t size, void **stack, unsigned *vg_id) PVRT_HIDDEN;
+int pvrt_stack_alloc(size_t size, size_t guard, void **stack, unsigned *vg_id) PVRT_HIDDEN;
 void pvrt_stack_free(void *stack, size_t len, unsigned vg_id) PVRT_HIDDEN;
 size_t pvrt_page_size(void) PVRT_HIDDEN;
 /* A descriptor for the primary ULT (the thread that called pvrt_init). */
 struct pvrt_ult *pvrt_primary_alloc(void) PVRT_HIDDEN;
 /* Fill in the scheduler's view of the runtime (sched/pvrt_sched.h). */
 void pvrt_sched_view_init(struct pvrt_sched_view *v) PVRT_HIDDEN;
+
+/* The calling kernel thread's signal mask (the first 64 signals, the kernel's sigset). */
+uint64_t pvrt_kernel_sigmask(void) PVRT_HIDDEN;
+/* The calling ULT's signal mask changed to m (already loaded on its kernel thread). */
+void pvrt_ult_sigmask_changed(uint64_t m) PVRT_HIDDEN;
+
+/* If set (the M:N preload, before it creates ULTs): every ULT runs wrap(fn, arg) instead of
+ * fn(arg), and exits with its result. */
+extern void *(*pvrt_ult_entry_wrap)(void *(*fn)(void *), void *arg)PVRT_HIDDEN;
 
 /* ---- timer.c ---- */
 /* 0, or -ENOMEM when the heap cannot grow (the timer is then not queued). */
@@ -383,5 +407,7 @@ void pvrt_keys_run_destructors(struct pvrt_keyvals **kv) PVRT_HIDDEN;
 /* ---- runtime.c ---- */
 int pvrt_fail(int err, const char *msg) PVRT_HIDDEN;
 void pvrt_sched_loop(struct pvrt_worker *w) PVRT_HIDDEN;
+/* In a fork child: forget the parent's runtime (leaking it) so that pvrt_init works again. */
+void pvrt_fork_child_reset(void) PVRT_HIDDEN;
 
 #endif /* PVRT_RUNTIME_INTERNAL_H */

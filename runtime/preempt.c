@@ -205,6 +205,8 @@ const sigset_t *pvrt_preempt_base_mask(void)
 int pvrt_preempt_init(void)
 {
 	pthread_sigmask(SIG_SETMASK, NULL, &base_mask);
+	if (installed) /* still, or after a fork whose child forgot the runtime */
+		pvrt_rt.preempt_sig = installed;
 	if (!pvrt_rt.slice || installed)
 		return 0;
 	rt_text.n = exe_text.n = 0;

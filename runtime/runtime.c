@@ -120,6 +120,7 @@ struct settings {
 	int eager;
 	uint64_t slack;
 	uint64_t slice, handoff;
+	int ult_tls;
 };
 
 /* PVRT_SLICE_NS / PVRT_HANDOFF_NS: a number of ns in [min, 10 s], or 0 / "off". */
@@ -243,6 +244,24 @@ static int configure(const struct pvrt_config *c, struct settings *s)
 			     "");
 	if (c->timer_slack_ns < -1 || c->timer_slack_ns > 1000000000)
 		return pvrt_fail(-EINVAL, "pvrt_init: timer_slack_ns must be -1 or 0..1 s");
+	s->ult_tls = c->ult_tls;
+	if (!s->ult_tls && (e = env_or(NULL, "PVRT_ULT_TLS"))) {
+		if (strcmp(e, "0") && strcmp(e, "1"))
+			return failf(-EINVAL, "PVRT_ULT_TLS: '%s' is not 0 or 1%s", e, "");
+		s->ult_tls = *e == '1';
+	}
+	if (s->ult_tls) {
+#if defined(PVRT_ASAN) || defined(PVRT_TSAN)
+		/* The sanitizers keep their per-thread state in the thread's TLS. */
+		return pvrt_fail(-ENOTSUP,
+				 "pvrt_init: per-ULT TLS does not work under a sanitizer");
+#else
+		const char *why = NULL;
+		if (pvrt_tls_init(&why))
+			return failf(-ENOSYS, "pvrt_init: per-ULT TLS: %s%s", why, "");
+		s->stack += pvrt_tls_reserve();
+#endif
+	}
 	s->slack = c->timer_slack_ns == -1 ? 0 : (uint64_t)c->timer_slack_ns;
 	if (!c->timer_slack_ns) {
 		s->slack = 50000;
@@ -294,7 +313,7 @@ static void segv_handler(int sig, siginfo_t *si, void *uc)
 	struct pvrt_ult *u = w ? w->cur : NULL;
 	uintptr_t a = (uintptr_t)si->si_addr;
 	if (u && u->stack) {
-		uintptr_t lo = (uintptr_t)u->stack, ps = pvrt_page_size();
+		uintptr_t lo = (uintptr_t)u->stack, ps = u->guard;
 		/* The guard page, or just below it (a big frame may jump over it). */
 		if (a < lo + ps && a + 64 * 1024 >= lo) {
 			/* Async-signal-safe formatting; then die of the same SIGSEGV. */
@@ -491,6 +510,7 @@ static void *worker_main(void *arg)
 	struct pvrt_m *m = w->owner;
 	pvrt_m_register(m, false);
 	__atomic_store_n(&m->inrt, 1, __ATOMIC_RELAXED); /* a scheduler context is runtime */
+	pvrt_tls_worker_start(w);
 	rt_tls_worker = w;
 	stack_t old;
 	altstack_on(w, &old);
@@ -563,6 +583,7 @@ static void teardown_primary(void)
 		pvrt_stack_free(sched0_stack, SCHED_STACK, sched0_vg);
 	sched0_stack = NULL;
 	rt_tls_worker = NULL;
+	pvrt_tls_m = NULL; /* the parent's kernel-thread record (sysmon.c) */
 }
 
 int pvrt_init(const struct pvrt_config *c)
@@ -591,6 +612,9 @@ int pvrt_init(const struct pvrt_config *c)
 	pvrt_rt.nw = s.nw;
 	pvrt_rt.pol = s.pol;
 	pvrt_rt.stack_size = s.stack;
+	pvrt_rt.ult_tls = s.ult_tls;
+	/* ULTs with TLS of their own may be preempted inside libc too (preempt.c). */
+	pvrt_rt.preempt_anywhere = s.ult_tls;
 	pvrt_rt.poll_min = s.poll_min;
 	pvrt_rt.poll_max = s.poll_max;
 	pvrt_rt.eager_timers = s.eager;
@@ -631,7 +655,7 @@ int pvrt_init(const struct pvrt_config *c)
 	/* The calling thread becomes the primary ULT, running on worker 0. */
 	struct pvrt_worker *w0 = pvrt_rt.w[0];
 	struct pvrt_ult *p = pvrt_primary_alloc();
-	if (!p || pvrt_stack_alloc(SCHED_STACK, &sched0_stack, &sched0_vg)) {
+	if (!p || pvrt_stack_alloc(SCHED_STACK, pvrt_page_size(), &sched0_stack, &sched0_vg)) {
 		pvrt_pool_fini();
 		free_workers(s.nw);
 		goto nomem;
@@ -647,6 +671,7 @@ int pvrt_init(const struct pvrt_config *c)
 	pvrt_m_register(w0->owner, true);
 	w0->cur = p;
 	w0->thread = pthread_self();
+	pvrt_tls_worker_start(w0);
 	pthread_getaffinity_np(pthread_self(), sizeof(pvrt_rt.old_affinity), &pvrt_rt.old_affinity);
 	cpu_set_t one;
 	CPU_ZERO(&one);
@@ -752,6 +777,21 @@ int pvrt_finalize(void)
 	pvrt_rt.nw = 0;
 	pthread_mutex_unlock(&life_lock);
 	return 0;
+}
+
+void pvrt_fork_child_reset(void)
+{
+	/*
+	 * Only the forking thread exists here: the workers, their stacks and every other ULT are
+	 * gone, and locks they held stay held. Forget the runtime without freeing what it owned
+	 * (a bounded leak in the child), so that pvrt_init can start a new one with the caller
+	 * as its primary.
+	 */
+	memset(&pvrt_rt, 0, sizeof(pvrt_rt));
+	life_lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
+	sched0_stack = NULL;
+	rt_tls_worker = NULL;
+	pvrt_tls_m = NULL; /* the parent's kernel-thread record (sysmon.c) */
 }
 
 unsigned pvrt_nworkers(void)

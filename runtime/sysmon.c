@@ -97,6 +97,7 @@ int pvrt_m_register(struct pvrt_m *m, bool is_main)
 	__atomic_store_n(&m->statfd, open("/proc/thread-self/stat", O_RDONLY | O_CLOEXEC),
 			 __ATOMIC_RELEASE);
 	__atomic_store_n(&m->tid, (pid_t)syscall(SYS_gettid), __ATOMIC_RELEASE);
+	m->tp = pvrt_tp_get(); /* the thread's own (M:N mode switches ULTs' in and out) */
 	pvrt_tls_m = m;
 	return 0;
 }
@@ -114,6 +115,8 @@ static void take(struct pvrt_m *m, struct pvrt_worker *w)
 	}
 	w->sched.san = m->home.san;
 	w->sched.san.asan_fake = NULL;
+	/* The worker's thread pointer, tid and signal mask are now this thread's. */
+	pvrt_tls_worker_start(w);
 	__atomic_store_n(&w->cur, NULL, __ATOMIC_RELAXED);
 	rt_tls_worker = w;
 	__atomic_store_n(&m->inrt, 1, __ATOMIC_RELAXED); /* a scheduler context is runtime */
@@ -220,7 +223,8 @@ static struct pvrt_m *get_spare(void)
 	pvrt_m_add(s, false); /* before the thread registers itself (statfd); freed at finalize */
 	if (pthread_create(&s->thread, NULL, spare_main, s))
 		return NULL;
-	s->spare = 1; /* joined at finalize */
+	pthread_setname_np(s->thread, "pvrt-spare"); /* as sysmon's */
+	s->spare = 1;				     /* joined at finalize */
 	return s;
 }
 
@@ -509,6 +513,9 @@ int pvrt_sysmon_start(void)
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	if (r)
 		return pvrt_fail(-r, "pvrt_init: cannot start the sysmon thread");
+	/* Named here, before it runs: top -H, gdb, and tests that count the threads that may run
+	 * application code tell it from the workers. */
+	pthread_setname_np(pvrt_rt.sysmon, "pvrt-sysmon");
 	pvrt_rt.sysmon_on = 1;
 	return 0;
 }

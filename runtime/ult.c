@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #if !defined(PVRT_ASAN) && !defined(PVRT_TSAN)
@@ -150,7 +151,8 @@ static void desc_put(struct pvrt_worker *w, struct pvrt_ult *u)
 	pvrt_lock_release(&pvrt_rt.plock);
 }
 
-/* Drop one reference (handle or the ULT's own); the last returns the descriptor. */
+/* Drop one reference (handle or the ULT's own); the last returns the descriptor (with its
+ * stack, and with per-ULT TLS the TCB on it, which names the thread until the reuse). */
 static void desc_unref(struct pvrt_worker *w, struct pvrt_ult *u)
 {
 	/* Acq_rel: the last dropper must see everything the other did with the descriptor. */
@@ -192,19 +194,18 @@ size_t pvrt_page_size(void)
  * A stack is one mapping: a PROT_NONE guard page at the bottom, then the usable part. Pages are
  * committed by the kernel on first touch (MAP_NORESERVE), so an 8 MiB stack costs what it uses.
  */
-int pvrt_stack_alloc(size_t len, void **out, unsigned *vg_id)
+int pvrt_stack_alloc(size_t len, size_t guard, void **out, unsigned *vg_id)
 {
-	size_t ps = pvrt_page_size();
 	void *p = mmap(NULL, len, PROT_READ | PROT_WRITE,
 		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
 	if (p == MAP_FAILED)
 		return -ENOMEM;
-	if (mprotect(p, ps, PROT_NONE)) {
+	if (mprotect(p, guard, PROT_NONE)) {
 		int e = errno;
 		munmap(p, len);
 		return -e;
 	}
-	*vg_id = pvrt_san_stack_register((char *)p + ps, (char *)p + len);
+	*vg_id = pvrt_san_stack_register((char *)p + guard, (char *)p + len);
 	*out = p;
 	return 0;
 }
@@ -227,7 +228,7 @@ void pvrt_stack_free(void *stack, size_t len, unsigned vg_id)
  */
 static inline void swap_hot(struct pvrt_worker *w, struct pvrt_ult *u)
 {
-	if (u->stack_len != pvrt_rt.stack_size || !u->stack)
+	if (u->stack_len != pvrt_rt.stack_size || !u->stack || u->tp)
 		return;
 	void *s = w->hot;
 	unsigned vg = w->hot_vg;
@@ -243,14 +244,14 @@ static void first_run(struct pvrt_worker *w, struct pvrt_ult *u)
 {
 	if (w->hot)
 		swap_hot(w, u);
-	size_t ps = pvrt_page_size();
 	size_t n = (size_t)(u->frame + sizeof(u->frame) - (unsigned char *)u->fresh_sp);
-	unsigned char *top =
-	    (unsigned char *)((uintptr_t)((char *)u->stack + u->stack_len) & ~(uintptr_t)15);
+	/* With TLS of its own the stack ends below the TLS blocks at its top (tls.c). */
+	char *end = u->tp ? (char *)u->stack_top : (char *)u->stack + u->stack_len;
+	unsigned char *top = (unsigned char *)((uintptr_t)end & ~(uintptr_t)15);
 	memcpy(top - n, u->fresh_sp, n);
 	u->ctx.sp = top - n;
-	u->ctx.san.bottom = (char *)u->stack + ps;
-	u->ctx.san.size = u->stack_len - ps;
+	u->ctx.san.bottom = (char *)u->stack + u->guard;
+	u->ctx.san.size = (size_t)(end - (char *)u->ctx.san.bottom);
 }
 
 static void stacks_free_list(struct pvrt_ult *u, unsigned keep)
@@ -264,6 +265,7 @@ static void stacks_free_list(struct pvrt_ult *u, unsigned keep)
 		}
 		pvrt_stack_free(u->stack, u->stack_len, u->vg_id);
 		u->stack = NULL;
+		u->tp = NULL;
 	}
 }
 
@@ -591,7 +593,15 @@ static void reroute(struct pvrt_worker *w, struct pvrt_ult *u)
 struct pvrt_ult *pvrt_local_next(struct pvrt_worker *w)
 {
 	for (;;) {
-		struct pvrt_ult *u = ring_take(&w->ring);
+		/* Every 16th pick takes the injection queue first: ULTs that yield to each other
+		 * keep the ring non-empty, and a ULT woken from another worker (or bound here)
+		 * would otherwise never run (as Go's scheduler checks its global queue every 61
+		 * ticks). */
+		struct pvrt_ult *u = NULL;
+		if (unlikely((++w->inj_tick & 15) == 0))
+			u = inject_pop(w, false);
+		if (!u)
+			u = ring_take(&w->ring);
 		if (!u)
 			u = inject_pop(w, false);
 		if (!u)
@@ -683,6 +693,16 @@ static void switch_ctx(struct pvrt_worker *w, struct pvrt_ctxrec *from, struct p
 		to->last = (int)w->idx;
 	PVRT_STAT_INC(w, st_switches);
 	pvrt_san_switch(&from->san, &tc->san, dying);
+	/* ULTs with TLS of their own: the thread pointer goes with the stack (the one place). */
+	void *tp = to && to->tp ? to->tp : w->tp;
+	if (unlikely(tp != w->cur_tp))
+		pvrt_tls_switch(w, tp);
+	/* Per-ULT signal masks (with per-ULT TLS): a system call only when the next ULT's mask
+	 * differs from the one loaded (the scheduler context keeps whatever is loaded). */
+	if (unlikely(pvrt_rt.ult_tls) && to && to->sigmask != w->sigmask) {
+		syscall(SYS_rt_sigprocmask, SIG_SETMASK, &to->sigmask, NULL, 8);
+		w->sigmask = to->sigmask;
+	}
 	pvrt_ctx_switch(&from->sp, tc->sp);
 	pvrt_after_switch();
 }
@@ -694,6 +714,10 @@ static void switch_ctx(struct pvrt_worker *w, struct pvrt_ctxrec *from, struct p
  */
 void pvrt_switch_home(struct pvrt_ult *self, struct pvrt_m *m)
 {
+	/* The home context runs on the thread's own TLS (the worker went to another thread,
+	 * whose thread pointer the worker now records: take()). */
+	if (pvrt_rt.ult_tls && m->tp)
+		pvrt_tp_set(m->tp);
 	pvrt_san_switch(&self->ctx.san, &m->home.san, 0);
 	pvrt_ctx_switch(&self->ctx.sp, m->home.sp);
 	pvrt_after_switch();
@@ -758,6 +782,22 @@ bool rt_ult_can_yield_to(const struct pvrt_ult *u)
 	       __atomic_load_n(&u->state, __ATOMIC_RELAXED) == ULT_READY;
 }
 
+uint64_t pvrt_kernel_sigmask(void)
+{
+	uint64_t m = 0;
+	syscall(SYS_rt_sigprocmask, SIG_BLOCK, NULL, &m, 8);
+	return m;
+}
+
+void pvrt_ult_sigmask_changed(uint64_t m)
+{
+	struct pvrt_worker *w = pvrt_worker_cur();
+	if (w && w->cur) {
+		w->cur->sigmask = m;
+		w->sigmask = m;
+	}
+}
+
 struct pvrt_ult *rt_ult_current(void)
 {
 	PVRT_RT_SCOPE();
@@ -778,14 +818,20 @@ static void post_exit(struct pvrt_worker *w, void *arg)
 {
 	struct pvrt_ult *u = arg;
 	/* Keep the warm stack on this worker; the descriptor takes the previous one (or none; see
-	 * pvrt_stacks_trim). */
-	swap_hot(w, u);
+	 * pvrt_stacks_trim). With TLS of its own, the ULT keeps its stack: the TCB on it names the
+	 * thread (tp stays valid) until the descriptor is reused. */
+	if (u->tp)
+		pvrt_tls_release(u->tp);
+	else
+		swap_hot(w, u);
 	pvrt_san_fiber_destroy(&u->ctx.san);
 	desc_unref(w, u);
 }
 
 __attribute__((noreturn)) static void ult_exit(struct pvrt_ult *self, void *ret)
 {
+	if (self->tp)
+		pvrt_tls_exit();
 	if (self->keys)
 		pvrt_keys_run_destructors(&self->keys);
 	self->ret = ret;
@@ -802,6 +848,8 @@ __attribute__((noreturn)) static void ult_exit(struct pvrt_ult *self, void *ret)
 	__builtin_unreachable();
 }
 
+void *(*pvrt_ult_entry_wrap)(void *(*fn)(void *), void *arg);
+
 static void ult_entry(void *arg)
 {
 	pvrt_after_switch();
@@ -810,7 +858,8 @@ static void ult_entry(void *arg)
 	struct pvrt_m *m = pvrt_m_cur();
 	if (m) /* release: as pvrt_rt_leave_slow */
 		__atomic_store_n(&m->inrt, 0, __ATOMIC_RELEASE);
-	void *r = u->fn(u->arg);
+	void *(*wrap)(void *(*)(void *), void *) = pvrt_ult_entry_wrap;
+	void *r = wrap ? wrap(u->fn, u->arg) : u->fn(u->arg);
 	pvrt_rt_enter(); /* never left: the exit switch saves it */
 	ult_exit(u, r);
 }
@@ -824,6 +873,7 @@ void pvrt_ult_init_primary(struct pvrt_ult *u)
 	u->refs = 1;
 	u->id = 1;
 	u->state = ULT_RUNNING;
+	u->sigmask = pvrt_kernel_sigmask();
 	pvrt_san_thread_context(&u->ctx.san);
 }
 
@@ -857,6 +907,8 @@ int pvrt_thread_create(pvrt_thread_t *out, const pvrt_thread_attr_t *attr, void 
 	if (!__atomic_load_n(&pvrt_rt.running, __ATOMIC_ACQUIRE))
 		return pvrt_fail(-ENXIO, "pvrt_thread_create: the runtime is not running");
 	size_t len = pvrt_rt.stack_size;
+	size_t ps = pvrt_page_size();
+	size_t guard = ps;
 	int detached = 0, bound = -1;
 	pvrt_thread_attr_t a;
 	if (attr) {
@@ -869,12 +921,21 @@ int pvrt_thread_create(pvrt_thread_t *out, const pvrt_thread_attr_t *attr, void 
 			memcpy(&a, attr, attr->size);
 			attr = &a;
 		}
-		if (attr->stack_size) {
-			if (attr->stack_size < PVRT_STACK_MIN || attr->stack_size > PVRT_STACK_MAX)
+		if (attr->stack_size || attr->guard_size) {
+			size_t st = attr->stack_size;
+			if (st && (st < PVRT_STACK_MIN || st > PVRT_STACK_MAX))
 				return pvrt_fail(-EINVAL,
 						 "pvrt_thread_create: stack size out of range");
-			size_t ps = pvrt_page_size();
-			len = (attr->stack_size + ps - 1) / ps * ps + ps;
+			if (attr->guard_size > PVRT_STACK_MAX)
+				return pvrt_fail(-EINVAL,
+						 "pvrt_thread_create: guard size out of range");
+			if (attr->guard_size)
+				guard = (attr->guard_size + ps - 1) / ps * ps;
+			if (st)
+				len = (st + ps - 1) / ps * ps + guard +
+				      (pvrt_rt.ult_tls ? pvrt_tls_reserve() : 0);
+			else
+				len += guard - ps;
 		}
 		if (attr->detached != 0 && attr->detached != 1)
 			return pvrt_fail(-EINVAL, "pvrt_thread_create: detached must be 0 or 1");
@@ -890,18 +951,29 @@ int pvrt_thread_create(pvrt_thread_t *out, const pvrt_thread_attr_t *attr, void 
 	struct pvrt_ult *u = desc_get(w);
 	if (!u)
 		return pvrt_fail(-ENOMEM, "pvrt_thread_create: out of memory");
-	if (u->stack && u->stack_len != len) {
+	if (u->stack && (u->stack_len != len || u->guard != guard)) {
 		pvrt_stack_free(u->stack, u->stack_len, u->vg_id);
 		u->stack = NULL;
 	}
 	if (!u->stack) {
-		int r = pvrt_stack_alloc(len, &u->stack, &u->vg_id);
+		int r = pvrt_stack_alloc(len, guard, &u->stack, &u->vg_id);
 		if (r) {
 			desc_put(w, u);
 			return pvrt_fail(r, "pvrt_thread_create: cannot map a stack");
 		}
 	}
 	u->stack_len = len;
+	u->guard = guard;
+	u->tp = NULL;
+	if (pvrt_rt.ult_tls) {
+		u->tp = pvrt_tls_create(u, u->stack, len, guard, &u->stack_top);
+		if (!u->tp) {
+			pvrt_stack_free(u->stack, len, u->vg_id);
+			u->stack = NULL;
+			desc_put(w, u);
+			return pvrt_fail(-ENOMEM, "pvrt_thread_create: no memory for the TLS");
+		}
+	}
 	u->flags = detached ? ULT_F_DETACHED : 0;
 	__atomic_store_n(&u->bound, bound, __ATOMIC_RELAXED);
 	u->last = -1;
@@ -917,6 +989,14 @@ int pvrt_thread_create(pvrt_thread_t *out, const pvrt_thread_attr_t *attr, void 
 	u->refs = detached ? 1 : 2;
 	u->keys = NULL;
 	u->wait_addr = NULL;
+	u->cancel = 0;
+	u->cancel_cond = NULL;
+	/* Per-ULT TLS: as a thread, it inherits its creator's signal mask. */
+	if (pvrt_rt.ult_tls) {
+		struct pvrt_ult *cu = w ? w->cur : NULL;
+		u->sigmask = cu ? cu->sigmask : pvrt_kernel_sigmask();
+	}
+	u->name[0] = 0;
 	u->ctx.san.asan_fake = NULL;
 	pvrt_san_fiber_create(&u->ctx.san);
 	/* The frame is built here (the creator's floating-point state) and copied to the stack at

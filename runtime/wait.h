@@ -38,4 +38,17 @@ bool rt_ult_can_yield_to(const struct pvrt_ult *u) PVRT_HIDDEN;
 /* The vCPU of the calling worker (for hints), else the CPU the thread runs on. */
 int rt_worker_vcpu(void) PVRT_HIDDEN;
 
+/* ---- M:N mode of the preload (runtime/mn.c, linked into libpvrt-preload.so only) ---- */
+#include <pthread.h>
+/* Set once M:N mode runs: pthreads are ULTs. */
+extern bool rt_mn_on PVRT_HIDDEN;
+/* Start the runtime with the calling (main) thread as the primary ULT: NULL, or why not. */
+const char *rt_mn_start(void) PVRT_HIDDEN;
+/* pthread_create as a ULT; glibc's error numbers. */
+int rt_mn_create(pthread_t *t, const pthread_attr_t *attr, void *(*fn)(void *),
+		 void *arg) PVRT_HIDDEN;
+/* Around a condvar wait of the caller (no-ops unless it is a ULT): cancellation points. */
+void rt_mn_cond_enter(void *c) PVRT_HIDDEN;
+void rt_mn_cond_leave(void) PVRT_HIDDEN;
+
 #endif /* PVRT_RUNTIME_WAIT_H */

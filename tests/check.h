@@ -12,6 +12,7 @@
 
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 #include <stdlib.h>
 #include <time.h>
 
@@ -73,7 +74,10 @@ static inline void test_schedstat(int tid, uint64_t *run, uint64_t *wait)
 static inline const char *test_auto_fallback(void)
 {
 	pvhint_t *b;
-	if (pvhint_open(&(struct pvhint_options){.source = "bpf"}, &b))
+	struct pvhint_options o; /* no compound literal: C++ tests include this too */
+	memset(&o, 0, sizeof(o));
+	o.source = "bpf";
+	if (pvhint_open(&o, &b))
 		return "none";
 	pvhint_close(b);
 	return "bpf";

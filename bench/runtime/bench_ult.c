@@ -6,6 +6,7 @@
  *   BM_create_join_batch/pvrt/N  create N ULTs, then join all N, one worker; time per ULT
  *                          (a program starting N threads at once: stacks must not fall off a cache)
  *   BM_yield/pvrt          two ULTs ping-pong with yield on one worker; time per yield
+ *   BM_create_join/pvrt_tls, BM_yield/pvrt_tls: the same, each ULT with its own glibc TLS
  *   BM_wake_latency/...    waker's store+wake to the wakee running, manual time (median is the
  *                          figure): a ULT on a parked worker (poll off), the same with
  *                          halt-polling on, and a bare futex between two pthreads
@@ -36,10 +37,14 @@
 /* The futex primitive of libpvrt (internal, hidden): the benchmark uses the public wrappers. */
 void boost_fiber_register(void);
 
+/* Set by the *_tls variants: every ULT gets its own glibc TLS (M:N mode's per-ULT TLS). */
+static int bench_tls;
+
 static int start(pvrt_bench_state *st, unsigned workers, uint64_t poll_max, const char *timer)
 {
 	struct pvrt_config c;
 	pvrt_config_init(&c);
+	c.ult_tls = bench_tls;
 	c.workers = workers;
 	c.poll_max_ns = poll_max;
 	c.timer = timer;
@@ -109,6 +114,20 @@ static void BM_yield(pvrt_bench_state *st)
 		pvrt_thread_join(b, NULL);
 	}
 	pvrt_finalize();
+}
+
+static void BM_create_join_tls(pvrt_bench_state *st)
+{
+	bench_tls = 1;
+	BM_create_join(st);
+	bench_tls = 0;
+}
+
+static void BM_yield_tls(pvrt_bench_state *st)
+{
+	bench_tls = 1;
+	BM_yield(st);
+	bench_tls = 0;
 }
 
 /* ---- wake latency ---- */
@@ -324,6 +343,8 @@ int main(int argc, char **argv)
 		    pvrt_bench_register("BM_create_join_batch/pvrt", BM_create_join_batch), 1,
 		    &batch[i]));
 	pvrt_bench_unit_ns(pvrt_bench_register("BM_yield/pvrt", BM_yield));
+	pvrt_bench_unit_ns(pvrt_bench_register("BM_create_join/pvrt_tls", BM_create_join_tls));
+	pvrt_bench_unit_ns(pvrt_bench_register("BM_yield/pvrt_tls", BM_yield_tls));
 	pvrt_bench *b = pvrt_bench_register("BM_wake_latency/pvrt_parked", BM_wake_latency_pvrt);
 	pvrt_bench_args(b, 1, (int64_t[]){0});
 	pvrt_bench_unit_us(pvrt_bench_manual_time(pvrt_bench_iterations(b, 300)));

@@ -117,6 +117,21 @@ PVRT_API uint64_t pvhint_steal(const pvhint_t *h, unsigned v);
  * so its TLS is in the static block and a read costs no __tls_get_addr call. */
 PVRT_API extern __thread int pvhint_tls_vcpu __attribute__((tls_model("initial-exec")));
 
+/*
+ * The calling kernel thread's thread-local words that identify it to the hint source (the
+ * emulator's attachment, pvhint_tls_vcpu). A runtime that gives user-level threads TLS blocks of
+ * their own copies these words from a kernel thread's block into a ULT's block before it runs the
+ * ULT on that thread (a word's offset from the thread pointer is the same in every block), so a
+ * stop signal or a hint read in the ULT sees the kernel thread's attachment. Fills up to max
+ * entries and returns how many there are.
+ * Context: any.
+ */
+struct pvhint_tls_word {
+	void *addr; /* in the calling thread's TLS */
+	size_t size;
+};
+PVRT_API unsigned pvhint_thread_tls_words(struct pvhint_tls_word *out, unsigned max);
+
 /* sched_getcpu(), for kernels or glibc tunables without rseq.
  * Context: any. */
 PVRT_API int pvhint_cpu_slow(void);

@@ -52,13 +52,16 @@ struct pvrt_config {
 				 * wait; default 10 ms (-1 or "off": never) */
 	int64_t handoff_ns;	/* $PVRT_HANDOFF_NS: give the worker of a ULT blocked this long in
 				 * the kernel to a spare thread; default 1 ms (-1 or "off": never) */
+	int ult_tls;		/* 1 ($PVRT_ULT_TLS=1): every ULT gets its own glibc thread
+				 * descriptor and TLS (__thread, errno, thread_local), switched with
+				 * it; -ENOSYS where glibc's TLS allocator cannot be found */
 };
 
 /* Every field from the environment or its default (C and C++). Lists every field (-Wextra
  * warns about a missing one): extend it with the struct. */
 #define PVRT_CONFIG_INIT                                                                           \
 	{                                                                                          \
-		sizeof(struct pvrt_config), 0, NULL, 0, NULL, 0, 0, NULL, 0, 0, 0, 0               \
+		sizeof(struct pvrt_config), 0, NULL, 0, NULL, 0, 0, NULL, 0, 0, 0, 0, 0            \
 	}
 
 /* Set c to PVRT_CONFIG_INIT. Inline: the size is the program's.

@@ -29,12 +29,13 @@ typedef struct pvrt_thread_attr {
 	int detached;	   /* 1: no join; resources go when it exits */
 	size_t stack_size; /* 0: the runtime default (64 KiB unless configured) */
 	int worker;	   /* -1: any worker; else bound to this worker */
+	size_t guard_size; /* 0: one page; else rounded up to pages */
 } pvrt_thread_attr_t;
 
 /* Defaults: joinable, default stack, any worker (C and C++). */
 #define PVRT_THREAD_ATTR_INIT                                                                      \
 	{                                                                                          \
-		sizeof(pvrt_thread_attr_t), 0, 0, -1                                               \
+		sizeof(pvrt_thread_attr_t), 0, 0, -1, 0                                            \
 	}
 
 #define PVRT_STACK_MIN (16u * 1024)

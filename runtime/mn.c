@@ -1,0 +1,730 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * M:N mode of libpvrt-preload.so (linked into the preload only) (PVRT_MN=1, pvrt-run --mn): every
+ * pthread of an unmodified program is a ULT with its own glibc TLS and thread descriptor
+ * (runtime/tls.c). The preload's constructor starts the runtime; the main thread becomes the
+ * primary ULT (it stays on worker 0, where it started). See runtime/MN.md for the design and the
+ * compatibility table.
+ *
+ * pthread_t is the ULT's thread descriptor (TCB), exactly what glibc's pthread_self() returns
+ * in it, so pthread_self, pthread_equal, keys (glibc's own, in the ULT's descriptor) and most
+ * of glibc work unchanged; the calls below are the ones whose glibc versions would act on the
+ * kernel thread instead of the ULT, or block the worker in the kernel.
+ *
+ * Thread exit runs through glibc: the ULT's entry registers a cancellation buffer as glibc's
+ * start_thread does (__pthread_register_cancel), so glibc's own pthread_exit unwinds the ULT's
+ * stack (C++ destructors, pthread_cleanup_push handlers) and lands back in the entry, which
+ * returns the exit value to the runtime.
+ */
+#define _GNU_SOURCE
+#include "internal.h"
+
+#include <pvrt/cond.h>
+
+#include <pvrt/sem.h>
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <sched.h>
+#include <semaphore.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define EXPORT __attribute__((visibility("default")))
+
+bool rt_mn_on;
+
+/* glibc's functions, for threads that are not ULTs and for exit/unwinding. */
+#define REALFN(ret, name, ...)                                                                     \
+	static ret (*get_real_##name(void))(__VA_ARGS__)                                           \
+	{                                                                                          \
+		static ret (*f)(__VA_ARGS__);                                                      \
+		ret (*g)(__VA_ARGS__) = __atomic_load_n(&f, __ATOMIC_RELAXED);                     \
+		if (!g) {                                                                          \
+			g = (ret(*)(__VA_ARGS__))dlsym(RTLD_NEXT, #name);                          \
+			__atomic_store_n(&f, g, __ATOMIC_RELAXED);                                 \
+		}                                                                                  \
+		return g;                                                                          \
+	}
+#define REAL(name, ...) (get_real_##name()(__VA_ARGS__))
+
+REALFN(int, pthread_join, pthread_t, void **)
+REALFN(int, pthread_tryjoin_np, pthread_t, void **)
+REALFN(int, pthread_timedjoin_np, pthread_t, void **, const struct timespec *)
+REALFN(int, pthread_clockjoin_np, pthread_t, void **, clockid_t, const struct timespec *)
+REALFN(int, pthread_detach, pthread_t)
+REALFN(void, pthread_exit, void *)
+REALFN(int, pthread_cancel, pthread_t)
+REALFN(void, pthread_testcancel, void)
+REALFN(int, pthread_setcancelstate, int, int *)
+REALFN(int, pthread_setcanceltype, int, int *)
+REALFN(int, pthread_once, pthread_once_t *, void (*)(void))
+REALFN(int, pthread_getattr_np, pthread_t, pthread_attr_t *)
+REALFN(int, pthread_setname_np, pthread_t, const char *)
+REALFN(int, pthread_getname_np, pthread_t, char *, size_t)
+REALFN(int, pthread_setaffinity_np, pthread_t, size_t, const cpu_set_t *)
+REALFN(int, pthread_getaffinity_np, pthread_t, size_t, cpu_set_t *)
+REALFN(int, pthread_setschedparam, pthread_t, int, const struct sched_param *)
+REALFN(int, pthread_setschedprio, pthread_t, int)
+REALFN(int, pthread_sigmask, int, const sigset_t *, sigset_t *)
+REALFN(int, sigprocmask, int, const sigset_t *, sigset_t *)
+REALFN(int, sched_yield, void)
+REALFN(int, sched_getcpu, void)
+REALFN(unsigned, sleep, unsigned)
+REALFN(int, usleep, useconds_t)
+REALFN(int, nanosleep, const struct timespec *, struct timespec *)
+REALFN(int, clock_nanosleep, clockid_t, int, const struct timespec *, struct timespec *)
+REALFN(int, sem_init, sem_t *, int, unsigned)
+REALFN(int, sem_destroy, sem_t *)
+REALFN(int, sem_post, sem_t *)
+REALFN(int, sem_wait, sem_t *)
+REALFN(int, sem_trywait, sem_t *)
+REALFN(int, sem_timedwait, sem_t *, const struct timespec *)
+REALFN(int, sem_clockwait, sem_t *, clockid_t, const struct timespec *)
+REALFN(int, sem_getvalue, sem_t *, int *)
+
+/* The calling ULT in M:N mode, else NULL (the real function is used). */
+static inline struct pvrt_ult *self_ult(void)
+{
+	return likely(rt_mn_on) ? rt_ult_current() : NULL;
+}
+
+/* The ULT behind a pthread_t: a ULT's own TCB, or the main thread's for the primary. */
+static struct pvrt_ult *ult_of(pthread_t t)
+{
+	if (!rt_mn_on)
+		return NULL;
+	if ((void *)t == pvrt_rt.w[0]->tp)
+		return pvrt_rt.primary;
+	return pvrt_tls_ult_of((const void *)t);
+}
+
+/* ---------------------------------------------------------------- start and exit */
+
+/* Per ULT (its own TLS): pthread_exit's value, the cancellation state and type. */
+static __thread void *exit_value;
+static __thread int cancel_disabled;
+
+static void *entry(void *(*fn)(void *), void *arg)
+{
+	__pthread_unwind_buf_t ub;
+	/* As glibc's start_thread: glibc's pthread_exit and cancellation unwind to here. */
+	if (__sigsetjmp_cancel(ub.__cancel_jmp_buf, 0) == 0) {
+		__pthread_register_cancel(&ub);
+		return fn(arg);
+	}
+	return exit_value;
+}
+
+/* The main thread leaves with pthread_exit: the process lives on until every other ULT has
+ * exited, then exits with status 0, as glibc's last thread does. (Main's own stack is not
+ * unwound: worker 0's kernel thread must stay.) */
+__attribute__((noreturn)) static void primary_exit(void)
+{
+	for (;;) {
+		uint32_t n = __atomic_load_n(&pvrt_rt.nlive, __ATOMIC_ACQUIRE);
+		if (!n)
+			break;
+		rt_futex_wait(&pvrt_rt.nlive, n, CLOCK_MONOTONIC, NULL);
+	}
+	exit(0);
+}
+
+EXPORT void pthread_exit(void *v)
+{
+	struct pvrt_ult *u = self_ult();
+	if (u && (u->flags & ULT_F_PRIMARY))
+		primary_exit();
+	if (u)
+		exit_value = v;
+	get_real_pthread_exit()(v);
+	__builtin_unreachable();
+}
+
+/* ---------------------------------------------------------------- create, join, detach */
+
+static size_t default_stack; /* glibc's default thread stack size */
+
+int rt_mn_create(pthread_t *t, const pthread_attr_t *attr, void *(*fn)(void *), void *arg)
+{
+	pvrt_thread_attr_t a;
+	pvrt_thread_attr_init(&a);
+	a.stack_size = default_stack;
+	int detached = PTHREAD_CREATE_JOINABLE;
+	if (attr) {
+		void *addr = NULL;
+		size_t sz = 0;
+		/* glibc reports (stackaddr - size, size), with stackaddr NULL when none was set. */
+		if (pthread_attr_getstack(attr, &addr, &sz) == 0 && (uintptr_t)addr + sz != 0)
+			return ENOTSUP; /* application-provided stacks: refused (MN.md) */
+		if (pthread_attr_getstacksize(attr, &sz) == 0 && sz)
+			a.stack_size = sz < PVRT_STACK_MIN ? PVRT_STACK_MIN : sz;
+		size_t g = 0;
+		if (pthread_attr_getguardsize(attr, &g) == 0)
+			a.guard_size = g ? g : 1; /* 0: glibc's "no guard"; we keep one page */
+		pthread_attr_getdetachstate(attr, &detached);
+	}
+	pvrt_thread_t u;
+	/* Joinable at first even when detached: the handle keeps the descriptor (and its TCB) alive
+	 * until *t is written. */
+	int r = pvrt_thread_create(&u, &a, fn, arg);
+	if (r)
+		return r == -ENOMEM ? EAGAIN : -r;
+	*t = (pthread_t)u->tp;
+	if (detached == PTHREAD_CREATE_DETACHED)
+		pvrt_thread_detach(u);
+	return 0;
+}
+
+/* Act on a pending cancellation at a cancellation point of the calling ULT. */
+static void testcancel(struct pvrt_ult *u)
+{
+	if (unlikely(__atomic_load_n(&u->cancel, __ATOMIC_ACQUIRE)) && !cancel_disabled) {
+		cancel_disabled = 1;
+		pthread_exit(PTHREAD_CANCELED);
+	}
+}
+
+/* join with an optional deadline (clk, abs) or none at all (try). */
+static int join(struct pvrt_ult *t, void **ret, bool try, clockid_t clk, const struct timespec *abs)
+{
+	struct pvrt_ult *self = rt_ult_current();
+	if (t == self)
+		return EDEADLK;
+	if (t->flags & (ULT_F_DETACHED | ULT_F_PRIMARY))
+		return EINVAL;
+	if (abs && (abs->tv_nsec < 0 || abs->tv_nsec >= 1000000000))
+		return EINVAL;
+	if (self) {
+		testcancel(self);
+		/* Still queued and ready? Run it now rather than block and wait for it. */
+		if (!try && __atomic_load_n(&t->join, __ATOMIC_ACQUIRE) != 1)
+			rt_ult_try_yield_to(t);
+	}
+	for (;;) {
+		/* Acquire pairs with the exiting ULT's exchange: its result is visible. */
+		uint32_t j = __atomic_load_n(&t->join, __ATOMIC_ACQUIRE);
+		if (j == 1)
+			break;
+		if (try)
+			return EBUSY;
+		if (j == 0 && !__atomic_compare_exchange_n(&t->join, &j, 2, 0, __ATOMIC_RELAXED,
+							   __ATOMIC_RELAXED))
+			continue;
+		int r = rt_futex_wait(&t->join, 2, clk, abs);
+		if (self)
+			testcancel(self);
+		if (r == -ETIMEDOUT && __atomic_load_n(&t->join, __ATOMIC_ACQUIRE) != 1)
+			return ETIMEDOUT;
+	}
+	return -pvrt_thread_join(t, ret);
+}
+
+EXPORT int pthread_join(pthread_t t, void **ret)
+{
+	struct pvrt_ult *u = ult_of(t);
+	return u ? join(u, ret, false, CLOCK_MONOTONIC, NULL) : REAL(pthread_join, t, ret);
+}
+
+EXPORT int pthread_tryjoin_np(pthread_t t, void **ret)
+{
+	struct pvrt_ult *u = ult_of(t);
+	return u ? join(u, ret, true, CLOCK_MONOTONIC, NULL) : REAL(pthread_tryjoin_np, t, ret);
+}
+
+EXPORT int pthread_timedjoin_np(pthread_t t, void **ret, const struct timespec *abs)
+{
+	struct pvrt_ult *u = ult_of(t);
+	return u ? join(u, ret, false, CLOCK_REALTIME, abs)
+		 : REAL(pthread_timedjoin_np, t, ret, abs);
+}
+
+EXPORT int pthread_clockjoin_np(pthread_t t, void **ret, clockid_t clk, const struct timespec *abs)
+{
+	struct pvrt_ult *u = ult_of(t);
+	if (!u)
+		return REAL(pthread_clockjoin_np, t, ret, clk, abs);
+	if (clk != CLOCK_REALTIME && clk != CLOCK_MONOTONIC)
+		return EINVAL;
+	return join(u, ret, false, clk, abs);
+}
+
+EXPORT int pthread_detach(pthread_t t)
+{
+	struct pvrt_ult *u = ult_of(t);
+	if (!u)
+		return REAL(pthread_detach, t);
+	return -pvrt_thread_detach(u);
+}
+
+/* ---------------------------------------------------------------- cancellation */
+
+EXPORT int pthread_cancel(pthread_t t)
+{
+	struct pvrt_ult *u = ult_of(t);
+	if (!u)
+		return REAL(pthread_cancel, t);
+	/* Seq_cst: against a condvar waiter that publishes cancel_cond, then checks cancel. */
+	if (__atomic_exchange_n(&u->cancel, 1, __ATOMIC_SEQ_CST))
+		return 0;
+	/* A sleeper waits on u->cancel itself; a joiner or other waiter gets a spurious wake-up
+	 * (every pvrt wait loops on its condition) and checks again. */
+	rt_futex_wake(&u->cancel, INT_MAX);
+	const void *wa = __atomic_load_n(&u->wait_addr, __ATOMIC_RELAXED);
+	if (wa)
+		rt_futex_wake((uint32_t *)(uintptr_t)wa, INT_MAX);
+	/* A condvar waiter leaves only when the condvar is signalled: broadcast (spurious
+	 * wake-ups are allowed for condvars); it then checks, with the mutex held. It may have
+	 * published the condvar and not yet queued: retry (bounded) until it is blocked. */
+	for (int i = 0; i < 1000; i++) {
+		void *c = __atomic_load_n(&u->cancel_cond, __ATOMIC_SEQ_CST);
+		if (!c)
+			break;
+		if (__atomic_load_n(&u->state, __ATOMIC_RELAXED) == ULT_BLOCKED) {
+			pvrt_cond_broadcast(c);
+			break;
+		}
+		pvrt_thread_yield();
+	}
+	return 0;
+}
+
+EXPORT void pthread_testcancel(void)
+{
+	struct pvrt_ult *u = self_ult();
+	if (!u) {
+		REAL(pthread_testcancel);
+		return;
+	}
+	testcancel(u);
+}
+
+EXPORT int pthread_setcancelstate(int state, int *old)
+{
+	if (!self_ult())
+		return REAL(pthread_setcancelstate, state, old);
+	if (state != PTHREAD_CANCEL_ENABLE && state != PTHREAD_CANCEL_DISABLE)
+		return EINVAL;
+	if (old)
+		*old = cancel_disabled ? PTHREAD_CANCEL_DISABLE : PTHREAD_CANCEL_ENABLE;
+	cancel_disabled = state == PTHREAD_CANCEL_DISABLE;
+	return 0;
+}
+
+EXPORT int pthread_setcanceltype(int type, int *old)
+{
+	if (!self_ult())
+		return REAL(pthread_setcanceltype, type, old);
+	if (type != PTHREAD_CANCEL_DEFERRED && type != PTHREAD_CANCEL_ASYNCHRONOUS)
+		return EINVAL;
+	if (old)
+		*old = PTHREAD_CANCEL_DEFERRED;
+	/* A ULT can only be cancelled where it calls the runtime (MN.md). */
+	return type == PTHREAD_CANCEL_ASYNCHRONOUS ? ENOTSUP : 0;
+}
+
+/* Condvar waits (preload.c): a cancellation point; the mutex is held again when it acts. */
+void rt_mn_cond_enter(void *c)
+{
+	struct pvrt_ult *u = self_ult();
+	if (!u)
+		return;
+	testcancel(u);
+	__atomic_store_n(&u->cancel_cond, c, __ATOMIC_SEQ_CST);
+	/* Checked again after publishing: pthread_cancel either sees the condvar or we see it. */
+	if (__atomic_load_n(&u->cancel, __ATOMIC_SEQ_CST) && !cancel_disabled) {
+		__atomic_store_n(&u->cancel_cond, NULL, __ATOMIC_RELAXED);
+		testcancel(u);
+	}
+}
+
+void rt_mn_cond_leave(void)
+{
+	struct pvrt_ult *u = self_ult();
+	if (!u)
+		return;
+	__atomic_store_n(&u->cancel_cond, NULL, __ATOMIC_RELAXED);
+	testcancel(u);
+}
+
+/* ---------------------------------------------------------------- once */
+
+/* glibc's encoding (nptl/pthread_once.c): 0 not run, 1 in progress, 2 done; so a once run
+ * before M:N started stays done. Waiters wait as ULTs. */
+#define ONCE_INPROGRESS 1
+#define ONCE_DONE	2
+
+static void once_abandon(void *p)
+{
+	/* The initialiser was cancelled: let another caller run it. */
+	__atomic_store_n((uint32_t *)p, 0, __ATOMIC_RELEASE);
+	rt_futex_wake(p, INT_MAX);
+}
+
+EXPORT int pthread_once(pthread_once_t *o, void (*fn)(void))
+{
+	uint32_t *w = (uint32_t *)(void *)o;
+	/* Acquire: the initialiser's effects are visible once we see DONE. */
+	uint32_t v = __atomic_load_n(w, __ATOMIC_ACQUIRE);
+	if (likely(v == ONCE_DONE))
+		return 0;
+	if (!rt_mn_on)
+		return REAL(pthread_once, o, fn);
+	for (;;) {
+		if (v == ONCE_DONE)
+			return 0;
+		if (v == 0) {
+			if (!__atomic_compare_exchange_n(w, &v, ONCE_INPROGRESS, 0,
+							 __ATOMIC_ACQUIRE, __ATOMIC_ACQUIRE))
+				continue;
+			pthread_cleanup_push(once_abandon, w);
+			fn();
+			pthread_cleanup_pop(0);
+			__atomic_store_n(w, ONCE_DONE, __ATOMIC_RELEASE);
+			rt_futex_wake(w, INT_MAX);
+			return 0;
+		}
+		rt_futex_wait(w, v, CLOCK_MONOTONIC, NULL);
+		v = __atomic_load_n(w, __ATOMIC_ACQUIRE);
+	}
+}
+
+/* ---------------------------------------------------------------- attributes, names */
+
+EXPORT int pthread_getattr_np(pthread_t t, pthread_attr_t *attr)
+{
+	struct pvrt_ult *u = ult_of(t);
+	if (!u || (u->flags & ULT_F_PRIMARY))
+		return REAL(pthread_getattr_np, t, attr);
+	int r = pthread_attr_init(attr);
+	if (r)
+		return r;
+	/* The usable stack: between the guard and the TLS at the top (see tls.c). */
+	char *lo = (char *)u->stack + u->guard;
+	size_t sz = (size_t)((char *)u->stack_top - lo); /* set at create, before any run */
+	pthread_attr_setstack(attr, lo, sz);
+	pthread_attr_setguardsize(attr, u->guard);
+	pthread_attr_setdetachstate(attr, (u->flags & ULT_F_DETACHED) ? PTHREAD_CREATE_DETACHED
+								      : PTHREAD_CREATE_JOINABLE);
+	return 0;
+}
+
+EXPORT int pthread_setname_np(pthread_t t, const char *name)
+{
+	struct pvrt_ult *u = ult_of(t);
+	if (!u)
+		return REAL(pthread_setname_np, t, name);
+	size_t n = strlen(name);
+	if (n >= sizeof(u->name))
+		return ERANGE;
+	memcpy(u->name, name, n + 1);
+	return 0;
+}
+
+EXPORT int pthread_getname_np(pthread_t t, char *buf, size_t len)
+{
+	struct pvrt_ult *u = ult_of(t);
+	if (!u)
+		return REAL(pthread_getname_np, t, buf, len);
+	size_t n = strnlen(u->name, sizeof(u->name) - 1);
+	if (len < n + 1)
+		return ERANGE;
+	memcpy(buf, u->name, n);
+	buf[n] = 0;
+	return 0;
+}
+
+/* Per-ULT placement and priorities are the scheduler's: refused (they would change the
+ * worker's kernel thread). */
+EXPORT int pthread_setaffinity_np(pthread_t t, size_t n, const cpu_set_t *set)
+{
+	if (!ult_of(t))
+		return REAL(pthread_setaffinity_np, t, n, set);
+	return ENOTSUP;
+}
+
+static cpu_set_t process_cpus; /* the affinity at start: where the workers run */
+
+EXPORT int pthread_getaffinity_np(pthread_t t, size_t n, cpu_set_t *set)
+{
+	if (!ult_of(t))
+		return REAL(pthread_getaffinity_np, t, n, set);
+	if (n < sizeof(cpu_set_t))
+		return EINVAL;
+	memset(set, 0, n);
+	memcpy(set, &process_cpus, sizeof(process_cpus));
+	return 0;
+}
+
+EXPORT int pthread_setschedparam(pthread_t t, int policy, const struct sched_param *p)
+{
+	if (!ult_of(t))
+		return REAL(pthread_setschedparam, t, policy, p);
+	return ENOTSUP;
+}
+
+EXPORT int pthread_setschedprio(pthread_t t, int prio)
+{
+	if (!ult_of(t))
+		return REAL(pthread_setschedprio, t, prio);
+	return ENOTSUP;
+}
+
+/* ---------------------------------------------------------------- signal masks */
+
+/* A ULT's mask is its own: loaded on its worker whenever it runs there (ult.c). */
+EXPORT int pthread_sigmask(int how, const sigset_t *set, sigset_t *old)
+{
+	int r = REAL(pthread_sigmask, how, set, old);
+	if (!r && set && self_ult())
+		pvrt_ult_sigmask_changed(pvrt_kernel_sigmask());
+	return r;
+}
+
+EXPORT int sigprocmask(int how, const sigset_t *set, sigset_t *old)
+{
+	int r = REAL(sigprocmask, how, set, old);
+	if (!r && set && self_ult())
+		pvrt_ult_sigmask_changed(pvrt_kernel_sigmask());
+	return r;
+}
+
+/* ---------------------------------------------------------------- yield, CPU, sleep */
+
+EXPORT int sched_yield(void)
+{
+	if (!self_ult())
+		return REAL(sched_yield);
+	pvrt_thread_yield();
+	return 0;
+}
+
+EXPORT int sched_getcpu(void)
+{
+	if (!self_ult())
+		return REAL(sched_getcpu);
+	return rt_worker_vcpu();
+}
+
+/* Sleep until abs on clk: a ULT wait on its own cancel word (pthread_cancel wakes it). */
+static void ult_sleep(struct pvrt_ult *u, clockid_t clk, const struct timespec *abs)
+{
+	testcancel(u);
+	while (rt_futex_wait(&u->cancel, 0, clk, abs) == 0)
+		;
+	testcancel(u);
+}
+
+static void deadline(struct timespec *out, const struct timespec *rel)
+{
+	clock_gettime(CLOCK_MONOTONIC, out);
+	out->tv_sec += rel->tv_sec;
+	out->tv_nsec += rel->tv_nsec;
+	if (out->tv_nsec >= 1000000000) {
+		out->tv_sec++;
+		out->tv_nsec -= 1000000000;
+	}
+}
+
+EXPORT int clock_nanosleep(clockid_t clk, int flags, const struct timespec *req,
+			   struct timespec *rem)
+{
+	struct pvrt_ult *u = self_ult();
+	if (!u || (clk != CLOCK_MONOTONIC && clk != CLOCK_REALTIME))
+		return REAL(clock_nanosleep, clk, flags, req, rem);
+	if (req->tv_nsec < 0 || req->tv_nsec >= 1000000000 || req->tv_sec < 0)
+		return EINVAL;
+	struct timespec abs;
+	if (flags & TIMER_ABSTIME) {
+		abs = *req;
+	} else {
+		deadline(&abs, req);
+		clk = CLOCK_MONOTONIC;
+	}
+	ult_sleep(u, clk, &abs);
+	return 0;
+}
+
+EXPORT int nanosleep(const struct timespec *req, struct timespec *rem)
+{
+	if (!self_ult())
+		return REAL(nanosleep, req, rem);
+	int r = clock_nanosleep(CLOCK_MONOTONIC, 0, req, rem);
+	if (r) {
+		errno = r;
+		return -1;
+	}
+	return 0;
+}
+
+EXPORT int usleep(useconds_t us)
+{
+	if (!self_ult())
+		return REAL(usleep, us);
+	struct timespec ts = {(time_t)(us / 1000000), (long)(us % 1000000) * 1000};
+	return nanosleep(&ts, NULL);
+}
+
+EXPORT unsigned sleep(unsigned s)
+{
+	if (!self_ult())
+		return REAL(sleep, s);
+	struct timespec ts = {(time_t)s, 0};
+	nanosleep(&ts, NULL);
+	return 0;
+}
+
+/* ---------------------------------------------------------------- POSIX semaphores */
+
+/*
+ * A process-private semaphore made in M:N mode is a pvrt_sem_t at the start of the sem_t,
+ * marked at byte 16 (glibc's sem_t is 32 bytes and glibc uses the first 16), so its waits are
+ * ULT waits. Others (process-shared, sem_open, made before M:N started) stay glibc's.
+ */
+#define SEM_MARK 0x6d657376u /* "vsem" */
+_Static_assert(sizeof(sem_t) >= 16 + sizeof(uint32_t), "sem_t size");
+_Static_assert(sizeof(pvrt_sem_t) <= 16, "pvrt_sem_t fits in glibc's used part");
+
+static inline uint32_t *sem_mark(sem_t *s)
+{
+	return (uint32_t *)(void *)((char *)s + 16);
+}
+
+static inline pvrt_sem_t *PS(sem_t *s)
+{
+	return __atomic_load_n(sem_mark(s), __ATOMIC_RELAXED) == SEM_MARK ? (pvrt_sem_t *)(void *)s
+									  : NULL;
+}
+
+static int sem_ret(int r)
+{
+	if (!r)
+		return 0;
+	errno = -r;
+	return -1;
+}
+
+EXPORT int sem_init(sem_t *s, int pshared, unsigned value)
+{
+	if (!rt_mn_on || pshared)
+		return REAL(sem_init, s, pshared, value);
+	memset(s, 0, sizeof(*s));
+	int r = pvrt_sem_init((pvrt_sem_t *)(void *)s, value);
+	if (!r)
+		*sem_mark(s) = SEM_MARK;
+	return sem_ret(r);
+}
+
+EXPORT int sem_destroy(sem_t *s)
+{
+	pvrt_sem_t *p = PS(s);
+	if (!p)
+		return REAL(sem_destroy, s);
+	int r = pvrt_sem_destroy(p);
+	if (!r)
+		*sem_mark(s) = 0;
+	return sem_ret(r);
+}
+
+EXPORT int sem_post(sem_t *s)
+{
+	pvrt_sem_t *p = PS(s);
+	return p ? sem_ret(pvrt_sem_post(p)) : REAL(sem_post, s);
+}
+
+EXPORT int sem_trywait(sem_t *s)
+{
+	pvrt_sem_t *p = PS(s);
+	return p ? sem_ret(pvrt_sem_trywait(p)) : REAL(sem_trywait, s);
+}
+
+EXPORT int sem_getvalue(sem_t *s, int *v)
+{
+	pvrt_sem_t *p = PS(s);
+	return p ? sem_ret(pvrt_sem_getvalue(p, v)) : REAL(sem_getvalue, s, v);
+}
+
+static int sem_wait_ult(pvrt_sem_t *p, clockid_t clk, const struct timespec *abs)
+{
+	struct pvrt_ult *u = rt_ult_current();
+	if (u)
+		testcancel(u);
+	int r = abs ? pvrt_sem_timedwait(p, clk, abs) : pvrt_sem_wait(p);
+	if (u && r == 0)
+		testcancel(u);
+	return sem_ret(r);
+}
+
+EXPORT int sem_wait(sem_t *s)
+{
+	pvrt_sem_t *p = PS(s);
+	return p ? sem_wait_ult(p, CLOCK_MONOTONIC, NULL) : REAL(sem_wait, s);
+}
+
+EXPORT int sem_timedwait(sem_t *s, const struct timespec *abs)
+{
+	pvrt_sem_t *p = PS(s);
+	return p ? sem_wait_ult(p, CLOCK_REALTIME, abs) : REAL(sem_timedwait, s, abs);
+}
+
+EXPORT int sem_clockwait(sem_t *s, clockid_t clk, const struct timespec *abs)
+{
+	pvrt_sem_t *p = PS(s);
+	if (!p)
+		return REAL(sem_clockwait, s, clk, abs);
+	if (clk != CLOCK_REALTIME && clk != CLOCK_MONOTONIC)
+		return sem_ret(-EINVAL);
+	return sem_wait_ult(p, clk, abs);
+}
+
+/* ---------------------------------------------------------------- start, fork */
+
+static int start_runtime(bool child)
+{
+	struct pvrt_config c;
+	pvrt_config_init(&c);
+	c.ult_tls = 1;
+	/* No blocking-call hand-off by default (PVRT_HANDOFF_NS turns it on): with it and
+	 * preemption both on, a ULT picked from a run queue was sometimes not a ULT (mn.fork,
+	 * about 1 run in 10); not understood yet (runtime/MN.md). */
+	(void)child;
+	if (!secure_getenv("PVRT_HANDOFF_NS"))
+		c.handoff_ns = -1;
+	if (!getenv("PVRT_STACK_SIZE"))
+		c.stack_size = default_stack;
+	pvrt_ult_entry_wrap = entry;
+	return pvrt_init(&c);
+}
+
+static void atfork_child(void)
+{
+	/* Only the forking thread (ULT) exists: it becomes the primary of a new runtime. */
+	pvrt_fork_child_reset();
+	if (start_runtime(true))
+		rt_mn_on = false; /* no runtime: threads of the child are kernel threads */
+}
+
+const char *rt_mn_start(void)
+{
+	pthread_attr_t a;
+	size_t st = 0;
+	if (pthread_getattr_default_np(&a) == 0) {
+		pthread_attr_getstacksize(&a, &st);
+		pthread_attr_destroy(&a);
+	}
+	default_stack = st >= PVRT_STACK_MIN && st <= PVRT_STACK_MAX ? st : 8u << 20;
+	sched_getaffinity(0, sizeof(process_cpus), &process_cpus);
+	if (start_runtime(false))
+		return pvrt_errmsg();
+	pthread_atfork(NULL, NULL, atfork_child);
+	/* Release: pthread_create in other (foreign) threads sees the runtime. */
+	__atomic_store_n(&rt_mn_on, true, __ATOMIC_RELEASE);
+	return NULL;
+}

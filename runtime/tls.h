@@ -1,0 +1,74 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Per-ULT glibc thread-local storage (tls.c): a thread control block (struct pthread), static TLS
+ * blocks and a DTV per ULT, made by ld.so's own allocator, placed at the top of the ULT's stack
+ * mapping as nptl places a thread's, and switched with the ULT (see README.md, "Per-ULT TLS").
+ */
+#ifndef PVRT_RUNTIME_TLS_H
+#define PVRT_RUNTIME_TLS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct pvrt_ult;
+struct pvrt_worker;
+
+#define PVRT_HIDDEN_TLS __attribute__((visibility("hidden")))
+
+/* Find glibc's TLS allocator and its thread-descriptor layout; 0, or -ENOSYS with the reason in
+ * *why (glibc too old or too new, or a static program). Idempotent. */
+int pvrt_tls_init(const char **why) PVRT_HIDDEN_TLS;
+
+/* Bytes to reserve at the top of a stack mapping for the TCB and static TLS (page multiple). */
+size_t pvrt_tls_reserve(void) PVRT_HIDDEN_TLS;
+
+/*
+ * Build a fresh TCB + TLS for u in the reserve at the top of its stack mapping [stack, stack+len)
+ * (the memory may hold a previous ULT's released TCB). Copies the stack-protector and pointer
+ * guards from the calling thread. Returns the thread pointer (and the highest usable stack
+ * address in *stack_top), or NULL when ld.so cannot allocate the DTV.
+ */
+void *pvrt_tls_create(struct pvrt_ult *u, void *stack, size_t len, size_t guard,
+		      void **stack_top) PVRT_HIDDEN_TLS;
+
+/* Run in the exiting ULT: C++ thread_local destructors, then pthread key destructors (glibc's
+ * keys live in the ULT's own descriptor), as glibc's thread exit does. */
+void pvrt_tls_exit(void) PVRT_HIDDEN_TLS;
+
+/* Release the DTV and dynamic TLS blocks of a ULT that has exited (any other context). */
+void pvrt_tls_release(void *tp) PVRT_HIDDEN_TLS;
+
+/* The ULT whose TCB is tp (a pthread_t under M:N), or NULL if tp is not a ULT's TCB. */
+struct pvrt_ult *pvrt_tls_ult_of(const void *tp) PVRT_HIDDEN_TLS;
+
+/* The calling thread's thread pointer. */
+static inline void *pvrt_tp_get(void)
+{
+	void *tp;
+#if defined(__x86_64__)
+	/* glibc's tcbhead_t starts with a pointer to itself (the TCB is at the thread pointer). */
+	__asm__ volatile("movq %%fs:0, %0" : "=r"(tp));
+#elif defined(__aarch64__)
+	__asm__ volatile("mrs %0, tpidr_el0" : "=r"(tp));
+#else
+#error "pvrt: no thread pointer access for this architecture"
+#endif
+	return tp;
+}
+
+/* Set the thread pointer (wrfsbase / arch_prctl / tpidr_el0). */
+void pvrt_tp_set(void *tp) PVRT_HIDDEN_TLS;
+
+/*
+ * Make tp the calling kernel thread's thread pointer for a context about to run on worker w:
+ * first refresh, in tp's TLS, what belongs to the kernel thread (the worker pointer, the
+ * hint source's per-thread words, glibc's cached tid), then load the thread pointer. Called by the
+ * one switch function (ult.c) just before the stack switch.
+ */
+void pvrt_tls_switch(struct pvrt_worker *w, void *tp) PVRT_HIDDEN_TLS;
+
+/* Record the calling kernel thread as worker w's (its own thread pointer and tid). */
+void pvrt_tls_worker_start(struct pvrt_worker *w) PVRT_HIDDEN_TLS;
+
+#endif /* PVRT_RUNTIME_TLS_H */

@@ -1,0 +1,53 @@
+/* SPDX-License-Identifier: MIT */
+/* Checks for the M:N tests: plain pthread programs run under pvrt-run --mn. */
+#ifndef PVRT_TESTS_MN_CHECK_H
+#define PVRT_TESTS_MN_CHECK_H
+
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "check.h" /* tests/check.h: CHECK, CHECK_EQ */
+
+#include <sys/syscall.h>
+#include <unistd.h>
+
+static inline int mn_tid(void)
+{
+	return (int)syscall(SYS_gettid);
+}
+
+/*
+ * The tests must fail if pthreads are kernel threads (M:N mode not on): ULTs share their
+ * workers' kernel threads, so threads see at most $PVRT_WORKERS distinct tids. Record tids with
+ * mn_tid_seen() and check with mn_check_ults() at the end.
+ */
+#define MN_MAX_TIDS 4096
+static int mn_tids[MN_MAX_TIDS];
+static int mn_ntids;
+
+static inline void mn_tid_seen(void)
+{
+	int t = mn_tid();
+	for (int i = 0; i < __atomic_load_n(&mn_ntids, __ATOMIC_ACQUIRE); i++)
+		if (__atomic_load_n(&mn_tids[i], __ATOMIC_RELAXED) == t)
+			return;
+	int i = __atomic_fetch_add(&mn_ntids, 1, __ATOMIC_ACQ_REL);
+	if (i < MN_MAX_TIDS)
+		__atomic_store_n(&mn_tids[i], t, __ATOMIC_RELAXED);
+}
+
+static inline void mn_check_ults(int nthreads)
+{
+	const char *w = getenv("PVRT_WORKERS");
+	int workers = w ? atoi(w) : 0;
+	CHECK(workers > 0); /* the tests set it */
+	CHECK(nthreads > workers);
+	/* Duplicates from racing recorders only make the count larger. */
+	if (mn_ntids > workers) {
+		fprintf(stderr, "%d distinct kernel tids for %d threads on %d workers: not M:N\n",
+			mn_ntids, nthreads, workers);
+		exit(1);
+	}
+}
+
+#endif

@@ -1,0 +1,80 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Signals under pvrt-run --mn: each thread's signal mask is its own and is the mask of the
+ * kernel thread whenever it runs (read with the raw system call), across yields and moves
+ * between workers; a new thread inherits its creator's mask; a process-directed signal is
+ * handled by a thread that does not block it.
+ */
+#include "mn_check.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdint.h>
+#include <string.h>
+
+static uint64_t kmask(void)
+{
+	uint64_t m = 0;
+	CHECK_EQ(syscall(SYS_rt_sigprocmask, SIG_BLOCK, NULL, &m, 8), 0);
+	return m;
+}
+
+#define BIT(s) ((uint64_t)1 << ((s)-1))
+
+static void *inherits(void *a)
+{
+	CHECK(kmask() & BIT(SIGUSR1));
+	return a;
+}
+
+static void *body(void *a)
+{
+	int blocks = (int)(intptr_t)a & 1;
+	mn_tid_seen();
+	if (blocks) {
+		sigset_t s;
+		sigemptyset(&s);
+		sigaddset(&s, SIGUSR1);
+		CHECK_EQ(pthread_sigmask(SIG_BLOCK, &s, NULL), 0);
+		pthread_t t;
+		CHECK_EQ(pthread_create(&t, NULL, inherits, NULL), 0);
+		CHECK_EQ(pthread_join(t, NULL), 0);
+	}
+	for (int i = 0; i < 200; i++) {
+		sched_yield();
+		CHECK_EQ(!!(kmask() & BIT(SIGUSR1)), blocks);
+		sigset_t cur;
+		CHECK_EQ(pthread_sigmask(SIG_BLOCK, NULL, &cur), 0);
+		CHECK_EQ(sigismember(&cur, SIGUSR1), blocks);
+	}
+	return NULL;
+}
+
+static volatile sig_atomic_t got;
+static void on_usr2(int s)
+{
+	(void)s;
+	got = 1;
+}
+
+int main(void)
+{
+	pthread_t t[16];
+	for (long i = 0; i < 16; i++)
+		CHECK_EQ(pthread_create(&t[i], NULL, body, (void *)(intptr_t)i), 0);
+	for (int i = 0; i < 16; i++)
+		CHECK_EQ(pthread_join(t[i], NULL), 0);
+	CHECK_EQ(kmask() & BIT(SIGUSR1), 0);
+
+	struct sigaction sa;
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_usr2;
+	CHECK_EQ(sigaction(SIGUSR2, &sa, NULL), 0);
+	CHECK_EQ(kill(getpid(), SIGUSR2), 0);
+	while (!got)
+		sched_yield();
+	mn_check_ults(16);
+	printf("mn_signal: ok\n");
+	return 0;
+}

@@ -686,17 +686,11 @@ EXPORT int sem_clockwait(sem_t *s, clockid_t clk, const struct timespec *abs)
 
 /* ---------------------------------------------------------------- start, fork */
 
-static int start_runtime(bool child)
+static int start_runtime(void)
 {
 	struct pvrt_config c;
 	pvrt_config_init(&c);
 	c.ult_tls = 1;
-	/* No blocking-call hand-off by default (PVRT_HANDOFF_NS turns it on): with it and
-	 * preemption both on, a ULT picked from a run queue was sometimes not a ULT (mn.fork,
-	 * about 1 run in 10); not understood yet (runtime/MN.md). */
-	(void)child;
-	if (!secure_getenv("PVRT_HANDOFF_NS"))
-		c.handoff_ns = -1;
 	if (!getenv("PVRT_STACK_SIZE"))
 		c.stack_size = default_stack;
 	pvrt_ult_entry_wrap = entry;
@@ -707,7 +701,7 @@ static void atfork_child(void)
 {
 	/* Only the forking thread (ULT) exists: it becomes the primary of a new runtime. */
 	pvrt_fork_child_reset();
-	if (start_runtime(true))
+	if (start_runtime())
 		rt_mn_on = false; /* no runtime: threads of the child are kernel threads */
 }
 
@@ -721,7 +715,7 @@ const char *rt_mn_start(void)
 	}
 	default_stack = st >= PVRT_STACK_MIN && st <= PVRT_STACK_MAX ? st : 8u << 20;
 	sched_getaffinity(0, sizeof(process_cpus), &process_cpus);
-	if (start_runtime(false))
+	if (start_runtime())
 		return pvrt_errmsg();
 	pthread_atfork(NULL, NULL, atfork_child);
 	/* Release: pthread_create in other (foreign) threads sees the runtime. */

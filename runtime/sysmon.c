@@ -48,6 +48,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -175,6 +176,8 @@ void pvrt_m_idle(struct pvrt_m *m)
 static void *spare_main(void *arg)
 {
 	struct pvrt_m *m = arg;
+	/* Named before it takes a worker (the creator names it too, for top -H at once). */
+	prctl(PR_SET_NAME, "pvrt-spare");
 	pthread_sigmask(SIG_SETMASK, pvrt_preempt_base_mask(), NULL);
 	pvrt_m_register(m, false);
 	if (pvrt_rt.segv_installed) {

@@ -395,6 +395,18 @@ void pvrt_tls_switch(struct pvrt_worker *w, void *tp)
 	w->cur_tp = tp;
 }
 
+void pvrt_tls_home(void *own)
+{
+	char *cur = pvrt_tp_get();
+	if (cur != own) {
+		/* The kernel-thread words this thread changed while it ran on a ULT's TLS (its
+		 * worker pointer cleared, the hint source's detach) go back with it. */
+		for (unsigned i = 0; i < T.nkw; i++)
+			memcpy((char *)own + T.kw_off[i], cur + T.kw_off[i], T.kw_size[i]);
+	}
+	pvrt_tp_set(own);
+}
+
 void pvrt_tls_worker_start(struct pvrt_worker *w)
 {
 	w->tp = pvrt_tp_get();

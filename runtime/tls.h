@@ -59,6 +59,9 @@ static inline void *pvrt_tp_get(void)
 
 /* Set the thread pointer (wrfsbase / arch_prctl / tpidr_el0). */
 void pvrt_tp_set(void *tp) PVRT_HIDDEN_TLS;
+/* Back on the calling kernel thread's own TLS (tp 'own'), taking the kernel-thread words along
+ * (pvrt_switch_home, when the thread lost its worker while it ran a ULT). */
+void pvrt_tls_home(void *own) PVRT_HIDDEN_TLS;
 
 /*
  * Make tp the calling kernel thread's thread pointer for a context about to run on worker w:

@@ -715,9 +715,10 @@ static void switch_ctx(struct pvrt_worker *w, struct pvrt_ctxrec *from, struct p
 void pvrt_switch_home(struct pvrt_ult *self, struct pvrt_m *m)
 {
 	/* The home context runs on the thread's own TLS (the worker went to another thread,
-	 * whose thread pointer the worker now records: take()). */
+	 * whose thread pointer the worker now records: take()), with the kernel-thread words as
+	 * this thread left them on the ULT's (no worker: pvrt_after_switch must see NULL). */
 	if (pvrt_rt.ult_tls && m->tp)
-		pvrt_tp_set(m->tp);
+		pvrt_tls_home(m->tp);
 	pvrt_san_switch(&self->ctx.san, &m->home.san, 0);
 	pvrt_ctx_switch(&self->ctx.sp, m->home.sp);
 	pvrt_after_switch();

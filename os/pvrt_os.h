@@ -20,6 +20,7 @@
 
 #include <errno.h>
 #include <linux/futex.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -27,6 +28,27 @@
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
+
+/* ---- signals ---- */
+
+/* Queue signal sig to thread tid of this process with 'cookie' as its value, so that the handler
+ * can tell the library's signal from anyone else's (si_code SI_QUEUE: negative, so allowed
+ * between threads of one process). 0 or -errno; errno untouched. */
+static inline int os_signal_thread(pid_t tid, int sig, const void *cookie)
+{
+	siginfo_t si;
+	memset(&si, 0, sizeof(si));
+	si.si_signo = sig;
+	si.si_code = SI_QUEUE;
+	si.si_pid = getpid();
+	si.si_uid = getuid();
+	si.si_value.sival_ptr = (void *)cookie;
+	int saved = errno;
+	long r = syscall(SYS_rt_tgsigqueueinfo, getpid(), tid, sig, &si);
+	int err = r ? errno : 0;
+	errno = saved;
+	return -err;
+}
 
 /* ---- futex (private, i.e. process-local words) ---- */
 

@@ -489,16 +489,9 @@ static bool send_stop(struct pvhint_emu *e, struct emu_vcpu *vc, struct emu_thr 
 	if (!__atomic_compare_exchange_n(&t->state, &run, THR_STOPREQ, false, __ATOMIC_SEQ_CST,
 					 __ATOMIC_RELAXED))
 		return false;
-	siginfo_t si;
-	memset(&si, 0, sizeof(si));
-	si.si_signo = sig_no;
-	si.si_code = SI_QUEUE; /* negative: allowed between threads of one process */
-	si.si_pid = getpid();
-	si.si_uid = getuid();
-	si.si_value.sival_ptr = (void *)&stop_cookie;
 	t->stop_sent = os_now_ns();
 	__atomic_fetch_add(&inflight, 1, __ATOMIC_RELAXED); /* before the handler can run */
-	if (syscall(SYS_rt_tgsigqueueinfo, getpid(), t->tid, sig_no, &si)) {
+	if (os_signal_thread(t->tid, sig_no, &stop_cookie)) {
 		__atomic_fetch_sub(&inflight, 1, __ATOMIC_RELAXED);
 		uint32_t req = THR_STOPREQ;
 		__atomic_compare_exchange_n(&t->state, &req, THR_RUN, false, __ATOMIC_SEQ_CST,

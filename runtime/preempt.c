@@ -180,16 +180,9 @@ bool pvrt_preempt_kick(struct pvrt_worker *w, struct pvrt_m *m)
 	/* Real-time signals queue: never more than one in flight per thread. */
 	if (__atomic_exchange_n(&m->kicked, 1, __ATOMIC_RELAXED))
 		return true;
-	siginfo_t si;
-	memset(&si, 0, sizeof(si));
-	si.si_signo = installed;
-	si.si_code = SI_QUEUE; /* negative: allowed between threads of one process */
-	si.si_pid = getpid();
-	si.si_uid = getuid();
-	si.si_value.sival_ptr = (void *)&preempt_cookie;
 	__atomic_fetch_add(&inflight, 1, __ATOMIC_RELAXED); /* before the handler can run */
-	if (syscall(SYS_rt_tgsigqueueinfo, getpid(), __atomic_load_n(&m->tid, __ATOMIC_ACQUIRE),
-		    installed, &si)) {
+	if (os_signal_thread(__atomic_load_n(&m->tid, __ATOMIC_ACQUIRE), installed,
+			     &preempt_cookie)) {
 		__atomic_fetch_sub(&inflight, 1, __ATOMIC_RELAXED);
 		__atomic_store_n(&m->kicked, 0, __ATOMIC_RELAXED);
 		return false;

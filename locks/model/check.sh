@@ -2,15 +2,22 @@
 # Model-check locks/model/*.pml with Spin: safety (assertions) and invalid end states (a process
 # blocked for ever: a lost wake-up). Exit 0 when every model verifies with no errors; 77 (skip)
 # when spin or a C compiler is missing.
-# usage: check.sh [WORKDIR]
+# usage: check.sh [WORKDIR [MODEL...]]   (MODEL: a name such as mutex; default every model)
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 work=${1:-$(mktemp -d)}
+[ $# -gt 0 ] && shift
 mkdir -p "$work"
 command -v spin >/dev/null 2>&1 || { echo "spin not installed: skipped"; exit 77; }
 command -v cc >/dev/null 2>&1 || { echo "no C compiler: skipped"; exit 77; }
 status=0
-for model in "$here"/*.pml; do
+models=
+for m in "$@"; do
+	[ -f "$here/$m.pml" ] || { echo "check.sh: no model $here/$m.pml"; exit 2; }
+	models="$models $here/$m.pml"
+done
+[ -n "$models" ] || models=$(ls "$here"/*.pml)
+for model in $models; do
 	name=$(basename "$model" .pml)
 	dir="$work/$name"
 	rm -rf "$dir" && mkdir -p "$dir" && cd "$dir"

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Validation of the barrier: every round of a barrier sees all threads, one serial thread per round.
- * Harness, hints and usage: validate.h.
+ * Validation of the barrier: every round of a barrier sees all threads, one serial thread per
+ * round. Harness, hints and usage: validate.h.
  */
 #include "validate.h"
 
@@ -30,7 +30,6 @@ static void *barrier_thread(void *p)
 	}
 	return NULL;
 }
-
 
 int main(int argc, char **argv)
 {

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Validation of the cond: a bounded queue on two condvars (both clocks), signal, broadcast and timed waits.
- * Harness, hints and usage: validate.h.
+ * Validation of the cond: a bounded queue on two condvars (both clocks), signal, broadcast and
+ * timed waits. Harness, hints and usage: validate.h.
  */
 #include "validate.h"
 
@@ -73,7 +73,6 @@ static void *consumer(void *p)
 		pvrt_mutex_unlock(&qm);
 	}
 }
-
 
 /* Threads 0 and 1 produce, 2 and 3 consume; the last producer to finish tells the consumers,
  * with a broadcast, that nothing more comes. */

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Validation of the mutex: lock, trylock and timed lock (both clocks) on one mutex, short and long sections.
- * Harness, hints and usage: validate.h.
+ * Validation of the mutex: lock, trylock and timed lock (both clocks) on one mutex, short and long
+ * sections. Harness, hints and usage: validate.h.
  */
 #include "validate.h"
 
@@ -55,7 +55,6 @@ static void *mutex_thread(void *p)
 	}
 	return NULL;
 }
-
 
 int main(int argc, char **argv)
 {

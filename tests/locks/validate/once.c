@@ -22,7 +22,6 @@ static void *once_thread(void *p)
 	return NULL;
 }
 
-
 int main(int argc, char **argv)
 {
 	validate_begin(argc, argv);

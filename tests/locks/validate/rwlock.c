@@ -222,7 +222,6 @@ static void rw_test(int pref)
 	       (unsigned long long)st.acquisitions, (unsigned long long)st.parks);
 }
 
-
 int main(int argc, char **argv)
 {
 	validate_begin(argc, argv);

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Validation of the sem: counting semaphores: producers and consumers on a bounded ring, and bursts of posts.
- * Harness, hints and usage: validate.h.
+ * Validation of the sem: counting semaphores: producers and consumers on a bounded ring, and bursts
+ * of posts. Harness, hints and usage: validate.h.
  */
 #include "validate.h"
 
@@ -193,7 +193,6 @@ static void sem_test(void)
 	       total, sem_timeouts, sem_try_fail, (unsigned long long)st.contended,
 	       (unsigned long long)st.acquisitions, (unsigned long long)st.parks);
 }
-
 
 int main(int argc, char **argv)
 {

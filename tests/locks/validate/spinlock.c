@@ -28,7 +28,6 @@ static void *spin_thread(void *p)
 	return NULL;
 }
 
-
 int main(int argc, char **argv)
 {
 	validate_begin(argc, argv);

@@ -122,8 +122,6 @@ struct pvrt_lock_stats stats_since(enum pvrt_lock_class c, const struct pvrt_loc
 	};
 }
 
-
-
 static bool use_fake;
 static pthread_t chaos_thread;
 

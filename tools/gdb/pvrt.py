@@ -6,6 +6,8 @@ Commands:
   pvrt ults [bt]   list every ULT (id, state, worker, what it waits on, entry function);
                    with 'bt', a frame-pointer backtrace of each suspended ULT
   pvrt workers     list workers (CPU, vCPU, running ULT, queue lengths, parked)
+  pvrt signals     let the runtime's preemption signal through without stopping (done when
+                   this file is sourced into a live runtime; run it again after pvrt_init)
 
 Descriptors are found through pvrt_rt.chunks (every descriptor lives in a chunk for the life
 of the runtime). A suspended ULT's registers are on its stack at its saved stack pointer, in
@@ -148,6 +150,33 @@ class PvrtWorkers(gdb.Command):
                      int(w["park_word"]), int(w["nheap"])))
 
 
+class PvrtSignals(gdb.Command):
+    """Pass the runtime's preemption signal to the program without stopping or printing."""
+
+    def __init__(self):
+        super().__init__("pvrt signals", gdb.COMMAND_USER)
+
+    def invoke(self, arg, from_tty):
+        sig = _preempt_signal()
+        if not sig:
+            print("pvrt: no preemption signal installed (not running, or PVRT_SLICE_NS=off)")
+            return
+        gdb.execute("handle SIG%d nostop noprint pass" % sig, to_string=not from_tty)
+
+
+def _preempt_signal():
+    """The real-time signal the runtime preempts ULTs with (0 if none or no live process)."""
+    try:
+        return int(gdb.parse_and_eval("pvrt_rt.preempt_sig"))
+    except gdb.error:
+        return 0
+
+
 Pvrt()
 PvrtUlts()
 PvrtWorkers()
+PvrtSignals()
+# A preempting runtime signals its workers every time slice: stopping at each would make
+# stepping through a program impossible.
+if _preempt_signal():
+    gdb.execute("pvrt signals", to_string=True)

@@ -4,6 +4,9 @@
 #define PVHINT_EMU_H
 
 #include "internal.h"
+#include "pvrt_os.h"
+
+#include <limits.h>
 
 #include <pthread.h>
 #include <stdbool.h>
@@ -83,7 +86,7 @@ struct pvhint_emu {
 	uint32_t dead;	      /* in a child of fork(): inert (see fork_child in emu.c) */
 	uint64_t next_sample; /* khalt: when the thread states are sampled next */
 	struct pvhint_impl *im;
-	struct pvhint_emu *gnext; /* every open emulator (glock), for fork_child */
+	struct pvhint_emu *gnext; /* every open emulator (emu_glock), for fork_child */
 	struct pvhint_record *rec;
 	struct emu_vcpu *vc;
 	int *cur;	     /* slice: the vCPU each pCPU runs (-1: idle) */
@@ -92,5 +95,82 @@ struct pvhint_emu {
 	unsigned next_attach;
 	uint64_t t0, rng, last_flush;
 };
+
+/*
+ * ---- shared by the emulator's files (emu.c: API, attach, park, fork; emu_stop.c: the stop
+ * signal, stopping and sampling threads; emu_model.c: the page, the modes, the control thread).
+ * Local to libpvhint (its version script exports only pvhint_*).
+ */
+#define EMU_IE __attribute__((tls_model("initial-exec")))
+extern __thread struct emu_thr *emu_self EMU_IE; /* this thread's record (attached) */
+extern __thread int emu_in_lock EMU_IE;		 /* holds emu_glock or an emulator lock */
+/* Protects attach/detach against close (t->emu) and the stop signal's installation. */
+extern uint32_t emu_glock;
+
+/* The futex in the emulator's terms: a relative timeout in ns (0: none); wake everyone. */
+static inline int emu_futex_wait(uint32_t *addr, uint32_t val, uint64_t rel_ns)
+{
+	struct timespec ts = {(time_t)(rel_ns / OS_NS_PER_SEC), (long)(rel_ns % OS_NS_PER_SEC)};
+
+	return os_futex_wait(addr, val, rel_ns ? &ts : NULL);
+}
+
+static inline void emu_futex_wake(uint32_t *addr)
+{
+	os_futex_wake(addr, INT_MAX);
+}
+
+static inline struct pvhint_emu *emu_thr_emu(const struct emu_thr *t)
+{
+	/* Relaxed: only compared with a handle the caller keeps open; changed under emu_glock. */
+	return __atomic_load_n(&t->emu, __ATOMIC_RELAXED);
+}
+
+/*
+ * Runnable: some attached thread may run user code. Parked threads are known not to; with khalt,
+ * neither are threads last seen sleeping in the kernel (a guest vCPU whose tasks all sleep
+ * executes HLT and gives its pCPU up). The ksleep part is a sampled hint: it only decides whom the
+ * model gives a pCPU to; whether a held thread gets stopped never depends on it (emu_send_stop
+ * reads the state again, and emu_sample_threads keeps polling sleeping threads of held vCPUs).
+ */
+static inline bool emu_runnable(const struct pvhint_emu *e, const struct emu_vcpu *vc)
+{
+	return vc->nr_att > vc->nr_parked + (e->khalt ? vc->nr_ksleep : 0);
+}
+
+/* Wake the control thread (e->lock held): the model changed. */
+static inline void emu_kick_ctl(struct pvhint_emu *e)
+{
+	__atomic_fetch_add(&e->kick, 1, __ATOMIC_RELAXED); /* ordered by the lock release */
+	os_futex_wake(&e->kick, 1);
+}
+
+/* emu.c */
+void emu_nap_ns(long ns);
+void emu_set_ksleep(struct pvhint_emu *e, struct emu_vcpu *vc, struct emu_thr *t, bool sl);
+void emu_lock_enter(uint32_t *m);
+void emu_lock_leave(uint32_t *m);
+void emu_ctl_sleep(struct pvhint_emu *e, uint64_t now, uint64_t until);
+void emu_wait_hold(struct emu_thr *t);
+
+/* emu_stop.c (emu->lock held, except the signal's installation: emu_glock held) */
+int emu_sig_get(int want);
+void emu_sig_put(void);
+void emu_sig_fork_child(void);
+int emu_sig_number(void); /* the stop signal (0: none installed) */
+bool emu_send_stop(struct pvhint_emu *e, struct emu_vcpu *vc, struct emu_thr *t);
+void emu_wait_acks(struct pvhint_emu *e, struct emu_vcpu *vc);
+bool emu_stop_begin(struct pvhint_emu *e, unsigned v, uint64_t now);
+void emu_stop_vcpu(struct pvhint_emu *e, unsigned v, uint64_t now);
+void emu_run_vcpu(struct pvhint_emu *e, unsigned v, uint64_t now);
+bool emu_poll_kblocked(struct pvhint_emu *e);
+void emu_sample_threads(struct pvhint_emu *e);
+bool emu_sampling_wanted(const struct pvhint_emu *e);
+uint64_t emu_reap_acks(struct pvhint_emu *e, uint64_t now);
+
+/* emu_model.c (emu->lock held, except the control thread's entry) */
+void emu_set_pre(struct pvhint_emu *e, unsigned v, bool pre, uint64_t now);
+void emu_publish(struct pvhint_emu *e, uint64_t now);
+void *emu_control_main(void *arg);
 
 #endif /* PVHINT_EMU_H */

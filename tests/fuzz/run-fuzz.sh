@@ -17,8 +17,7 @@ if ! echo 'int LLVMFuzzerTestOneInput(const char *d, unsigned long n) { return 0
 fi
 flags="-g -O1 -std=gnu11 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
 	-I$src/include -I$src/os -I$src/pvhint"
-lib="$src/pvhint/pvhint.c $src/pvhint/emu.c $src/pvhint/emu_spec.c $src/pvhint/src_kvm.c
-	$src/pvhint/src_none.c $src/pvhint/src_bpf.c" # src_bpf.c without PVRT_HAVE_BPF: the stub
+lib=$(echo "$src"/pvhint/*.c) # all of libpvhint; src_bpf.c without PVRT_HAVE_BPF: the stub
 fail=0
 for t in emu_spec hint_page; do
 	# shellcheck disable=SC2086

@@ -101,8 +101,10 @@ static struct pvrt_ult *ult_of(pthread_t t)
 {
 	if (!rt_mn_on)
 		return NULL;
-	if ((void *)t == pvrt_rt.w[0]->tp)
-		return pvrt_rt.primary;
+	/* The main thread's TCB (pvrt_init; no primary yet while it starts). */
+	struct pvrt_ult *p = pvrt_rt.primary;
+	if (p && (void *)t == p->tp)
+		return p;
 	return pvrt_tls_ult_of((const void *)t);
 }
 

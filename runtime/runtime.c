@@ -551,6 +551,9 @@ static void free_workers(unsigned n)
 }
 
 static void *sched0_stack;
+/* With per-ULT TLS: the TCB the thread that called pvrt_init runs its runtime contexts on once it
+ * lost worker 0 (its own glibc TCB stays with the primary ULT; see pvrt_init). */
+static void *main_ktp;
 static unsigned sched0_vg;
 
 static void stop_workers(unsigned started)
@@ -582,6 +585,10 @@ static void teardown_primary(void)
 	if (sched0_stack)
 		pvrt_stack_free(sched0_stack, SCHED_STACK, sched0_vg);
 	sched0_stack = NULL;
+	/* Not on it: finalize runs on the primary, on this thread's own TCB (pvrt_primary_home). */
+	if (main_ktp)
+		pvrt_tls_kernel_free(main_ktp);
+	main_ktp = NULL;
 	rt_tls_worker = NULL;
 	pvrt_tls_m = NULL; /* the parent's kernel-thread record (sysmon.c) */
 }
@@ -655,7 +662,11 @@ int pvrt_init(const struct pvrt_config *c)
 	/* The calling thread becomes the primary ULT, running on worker 0. */
 	struct pvrt_worker *w0 = pvrt_rt.w[0];
 	struct pvrt_ult *p = pvrt_primary_alloc();
-	if (!p || pvrt_stack_alloc(SCHED_STACK, pvrt_page_size(), &sched0_stack, &sched0_vg)) {
+	if (!p || pvrt_stack_alloc(SCHED_STACK, pvrt_page_size(), &sched0_stack, &sched0_vg) ||
+	    (pvrt_rt.ult_tls && !(main_ktp = pvrt_tls_kernel_create()))) {
+		if (sched0_stack)
+			pvrt_stack_free(sched0_stack, SCHED_STACK, sched0_vg);
+		sched0_stack = NULL;
 		pvrt_pool_fini();
 		free_workers(s.nw);
 		goto nomem;
@@ -672,6 +683,17 @@ int pvrt_init(const struct pvrt_config *c)
 	w0->cur = p;
 	w0->thread = pthread_self();
 	pvrt_tls_worker_start(w0);
+	/*
+	 * With per-ULT TLS the primary ULT keeps this thread's glibc TCB wherever it runs (its
+	 * __thread values, errno and pthread_self are the program's main thread's): after a
+	 * hand-off of worker 0 it runs on another kernel thread, while this one, back from the
+	 * kernel, runs its home context (sysmon.c) on main_ktp. Sharing one TCB between the two
+	 * would mix the primary's TLS with that thread's, and the kernel-thread words of both.
+	 */
+	if (pvrt_rt.ult_tls) {
+		p->tp = w0->tp;
+		w0->owner->tp = main_ktp;
+	}
 	pthread_getaffinity_np(pthread_self(), sizeof(pvrt_rt.old_affinity), &pvrt_rt.old_affinity);
 	cpu_set_t one;
 	CPU_ZERO(&one);
@@ -790,6 +812,7 @@ void pvrt_fork_child_reset(void)
 	memset(&pvrt_rt, 0, sizeof(pvrt_rt));
 	life_lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
 	sched0_stack = NULL;
+	main_ktp = NULL;
 	rt_tls_worker = NULL;
 	pvrt_tls_m = NULL; /* the parent's kernel-thread record (sysmon.c) */
 }

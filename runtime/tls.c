@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/auxv.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -290,6 +291,61 @@ void *pvrt_tls_create(struct pvrt_ult *u, void *stack, size_t len, size_t guard,
 	return tp;
 }
 
+/*
+ * The top of the mapping whose TCB is tp: the trailer ends there (page aligned) and starts less
+ * than one alignment unit above the end of the descriptor (x86-64) or of the static TLS
+ * (AArch64), so that range holds one page boundary; 0 if it does not (tp is no TCB of ours).
+ */
+static uintptr_t tls_top(const void *tp)
+{
+#if defined(__x86_64__)
+	uintptr_t end = (uintptr_t)tp + T.pthread_size + sizeof(struct trailer);
+#else
+	uintptr_t end = (uintptr_t)tp + T.static_size + sizeof(struct trailer);
+#endif
+	uintptr_t ps = pvrt_page_size();
+	uintptr_t top = (end + ps - 1) & ~(ps - 1);
+	return top - end < T.static_align ? top : 0;
+}
+
+struct pvrt_ult *pvrt_tls_ult_of(const void *tp)
+{
+	if (T.state != 1 || !tp)
+		return NULL;
+	uintptr_t top = tls_top(tp);
+	if (!top)
+		return NULL;
+	const struct trailer *tr = (const struct trailer *)(top - sizeof(struct trailer));
+	return tr->magic == TRAILER_MAGIC ? tr->ult : NULL;
+}
+
+/* The mapping of a kernel TCB: its size is fixed at init (the reserve plus a page below it). */
+static size_t kernel_tls_len(void)
+{
+	return T.reserve + pvrt_page_size();
+}
+
+void *pvrt_tls_kernel_create(void)
+{
+	size_t len = kernel_tls_len();
+	void *mem = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (mem == MAP_FAILED)
+		return NULL;
+	void *top;
+	/* No ULT behind it (pvrt_tls_ult_of says NULL); the tid and guards are the caller's. */
+	void *tp = pvrt_tls_create(NULL, mem, len, 0, &top);
+	if (!tp)
+		munmap(mem, len);
+	return tp;
+}
+
+void pvrt_tls_kernel_free(void *tp)
+{
+	uintptr_t top = tls_top(tp);
+	T.deallocate(tp, false);
+	munmap((void *)(top - kernel_tls_len()), kernel_tls_len());
+}
+
 /* glibc's __nptl_deallocate_tsd, on the calling ULT's descriptor. */
 static void run_key_destructors(char *pd)
 {
@@ -335,28 +391,6 @@ void pvrt_tls_exit(void)
 void pvrt_tls_release(void *tp)
 {
 	T.deallocate(tp, false);
-}
-
-struct pvrt_ult *pvrt_tls_ult_of(const void *tp)
-{
-	if (T.state != 1 || !tp)
-		return NULL;
-		/*
-		 * The trailer ends at the top of the stack mapping (page aligned) and starts less
-		 * than one alignment unit above the end of the descriptor (x86-64) or of the static
-		 * TLS (AArch64): that range holds one page boundary.
-		 */
-#if defined(__x86_64__)
-	uintptr_t end = (uintptr_t)tp + T.pthread_size + sizeof(struct trailer);
-#else
-	uintptr_t end = (uintptr_t)tp + T.static_size + sizeof(struct trailer);
-#endif
-	uintptr_t ps = pvrt_page_size();
-	uintptr_t top = (end + ps - 1) & ~(ps - 1);
-	if (top - end >= T.static_align)
-		return NULL;
-	const struct trailer *tr = (const struct trailer *)(top - sizeof(struct trailer));
-	return tr->magic == TRAILER_MAGIC ? tr->ult : NULL;
 }
 
 void pvrt_tp_set(void *tp)

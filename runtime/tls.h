@@ -32,6 +32,16 @@ size_t pvrt_tls_reserve(void) PVRT_HIDDEN_TLS;
 void *pvrt_tls_create(struct pvrt_ult *u, void *stack, size_t len, size_t guard,
 		      void **stack_top) PVRT_HIDDEN_TLS;
 
+/*
+ * A TCB + TLS of the runtime's own for a kernel thread whose glibc TCB belongs to a ULT: the
+ * thread that called pvrt_init gives its TCB to the primary ULT (its __thread values, errno and
+ * pthread_self are the program's main thread's, wherever the primary runs), and its runtime
+ * contexts run on this one once it lost worker 0 (its home context). NULL without memory.
+ * Freed with pvrt_tls_kernel_free (not on it).
+ */
+void *pvrt_tls_kernel_create(void) PVRT_HIDDEN_TLS;
+void pvrt_tls_kernel_free(void *tp) PVRT_HIDDEN_TLS;
+
 /* Run in the exiting ULT: C++ thread_local destructors, then pthread key destructors (glibc's
  * keys live in the ULT's own descriptor), as glibc's thread exit does. */
 void pvrt_tls_exit(void) PVRT_HIDDEN_TLS;

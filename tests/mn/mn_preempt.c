@@ -4,10 +4,14 @@
  *   spin   a thread spins on a flag that another thread sets (needs time-slice preemption)
  *   pipe   two threads talk over a pipe with blocking read/write (needs the hand-off of the
  *          worker while a thread blocks in a system call)
- * Both hang without those (ctest label mn-preempt; see CMakeLists.txt).
+ *   main   another thread blocks in a read while main keeps running: main continues on the
+ *          kernel thread worker 0 was handed to, with its own __thread values, errno and
+ *          pthread_self (the main thread's TLS goes with it, not with the kernel thread)
+ * All hang without those (ctest label mn-preempt; see CMakeLists.txt).
  */
 #include "mn_check.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <string.h>
 
@@ -25,6 +29,18 @@ static void *writer(void *a)
 	for (int i = 0; i < 100; i++)
 		CHECK_EQ(write(fd, &i, sizeof(i)), sizeof(i));
 	return NULL;
+}
+
+static int rfd;
+static __thread long main_tv = 7;
+static int reader_done;
+
+static void *reader(void *a)
+{
+	char c;
+	CHECK_EQ(read(rfd, &c, 1), 1); /* blocks its kernel thread, holding worker 0 */
+	__atomic_store_n(&reader_done, 1, __ATOMIC_RELAXED);
+	return a;
 }
 
 int main(int argc, char **argv)
@@ -52,6 +68,31 @@ int main(int argc, char **argv)
 		printf("mn_preempt: pipe ok\n");
 		return 0;
 	}
-	fprintf(stderr, "usage: mn_preempt spin|pipe\n");
+	if (argc == 2 && !strcmp(argv[1], "main")) {
+		int p[2];
+		CHECK_EQ(pipe(p), 0);
+		rfd = p[0];
+		main_tv = 99;
+		pthread_t self = pthread_self();
+		CHECK_EQ(pthread_create(&t, NULL, reader, NULL), 0);
+		/* One worker: the reader runs now and blocks; main runs again only once sysmon has
+		 * handed worker 0 to a spare kernel thread. */
+		sched_yield();
+		for (int i = 0; i < 1000; i++) {
+			CHECK_EQ(main_tv, 99);
+			CHECK(pthread_equal(pthread_self(), self));
+			errno = i;
+			sched_yield();
+			CHECK_EQ(errno, i);
+		}
+		CHECK_EQ(__atomic_load_n(&reader_done, __ATOMIC_RELAXED), 0); /* still blocked */
+		CHECK_EQ(write(p[1], "x", 1), 1);
+		CHECK_EQ(pthread_join(t, NULL), 0);
+		CHECK_EQ(main_tv, 99);
+		CHECK(pthread_equal(pthread_self(), self));
+		printf("mn_preempt: main ok\n");
+		return 0;
+	}
+	fprintf(stderr, "usage: mn_preempt spin|pipe|main\n");
 	return 2;
 }

@@ -6,7 +6,10 @@ set -u
 py=$1 target=$2
 command -v gdb >/dev/null 2>&1 || { echo "gdb not installed (tools/setup installs it): skipped"; exit 77; }
 out=$(mktemp) && trap 'rm -f "$out"' EXIT
+# Until the breakpoint: the runtime's preemption signal may stop the program before it (gdb
+# stops at real-time signals by default; the script is sourced only once the runtime runs).
 gdb -batch -nx -ex "set pagination off" -ex "break gdb_stop_here" -ex run \
+	-ex 'python while gdb.selected_frame().name() != "gdb_stop_here": gdb.execute("continue")' \
 	-ex "source $py" -ex "pvrt workers" -ex "pvrt ults bt" -ex continue \
 	--args "$target" >"$out" 2>&1
 cat "$out"

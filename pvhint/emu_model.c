@@ -78,7 +78,6 @@ void emu_publish(struct pvhint_emu *e, uint64_t now)
 	}
 }
 
-
 /* ---- the modes (emu->lock held); each returns the time of its next event ---- */
 
 static uint64_t step_slice(struct pvhint_emu *e, uint64_t now)
@@ -94,7 +93,8 @@ static uint64_t step_slice(struct pvhint_emu *e, uint64_t now)
 			nrun += emu_runnable(e, &e->vc[p + i * P]);
 		bool cur_ok = cur >= 0 && emu_runnable(e, &e->vc[cur]);
 		if (!cur_ok || (nrun > 1 && now >= e->slice_end[p])) {
-			/* Round robin: the next emu_runnable vCPU after cur in the ring of this pCPU.
+			/* Round robin: the next emu_runnable vCPU after cur in the ring of this
+			 * pCPU.
 			 */
 			unsigned start = cur >= 0 ? (unsigned)cur / P : 0;
 			int pick = -1;
@@ -266,4 +266,3 @@ void *emu_control_main(void *arg)
 	emu_lock_leave(&e->lock);
 	return NULL;
 }
-

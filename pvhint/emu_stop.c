@@ -172,8 +172,8 @@ void emu_sig_put(void)
 		sig_refs = 1; /* keep it: nothing can remove it safely now */
 }
 
-
-/* In a child of fork(): no stop signal is in flight there; the handler goes (emu.c's fork_child). */
+/* In a child of fork(): no stop signal is in flight there; the handler goes (emu.c's fork_child).
+ */
 void emu_sig_fork_child(void)
 {
 	if (sig_refs > 0)
@@ -234,7 +234,8 @@ bool emu_send_stop(struct pvhint_emu *e, struct emu_vcpu *vc, struct emu_thr *t)
 		return false;
 	}
 	if (in_kernel_wait(vc, t)) {
-		/* Asleep in emu_wait_hold() (entered since the load above): emu_runnable, see above. */
+		/* Asleep in emu_wait_hold() (entered since the load above): emu_runnable, see
+		 * above. */
 		if (__atomic_load_n(&t->in_hold, __ATOMIC_SEQ_CST)) {
 			emu_set_ksleep(e, vc, t, false);
 			return false;
@@ -365,11 +366,11 @@ bool emu_poll_kblocked(struct pvhint_emu *e)
 /*
  * khalt (slice, noisy): sample the kernel state of the threads that can change the model, so that
  * a vCPU whose threads all sleep in the kernel (a glibc mutex's futex wait, a read on a pipe,
- * nanosleep) halts and gives its pCPU up as a guest vCPU executing HLT would, and becomes emu_runnable
- * again when one wakes. Sampled: threads not parked and not being stopped, on vCPUs not held, and
- * threads of held vCPUs last seen sleeping (the kblocked poll of script mode: one that woke is
- * stopped now). Threads of held vCPUs that were signalled are known emu_runnable and cost nothing.
- * One pread of /proc/<tid>/stat each (about 3 us).
+ * nanosleep) halts and gives its pCPU up as a guest vCPU executing HLT would, and becomes
+ * emu_runnable again when one wakes. Sampled: threads not parked and not being stopped, on vCPUs
+ * not held, and threads of held vCPUs last seen sleeping (the kblocked poll of script mode: one
+ * that woke is stopped now). Threads of held vCPUs that were signalled are known emu_runnable and
+ * cost nothing. One pread of /proc/<tid>/stat each (about 3 us).
  */
 static bool sample_wanted(const struct emu_thr *t, const struct emu_vcpu *vc)
 {
@@ -397,13 +398,14 @@ void emu_sample_threads(struct pvhint_emu *e)
 				continue;
 			}
 			if (vc->desched) {
-				emu_send_stop(e, vc, t); /* re-reads the state; stops it if it woke */
+				emu_send_stop(e, vc,
+					      t); /* re-reads the state; stops it if it woke */
 				continue;
 			}
 			bool sl = sampled_sleep(vc, t);
 			/*
-			 * Read in_hold after the state: a thread seen sleeping in emu_wait_hold() had
-			 * set it before it slept, so this load sees it (or the thread has woken
+			 * Read in_hold after the state: a thread seen sleeping in emu_wait_hold()
+			 * had set it before it slept, so this load sees it (or the thread has woken
 			 * since, and the next sample sees it run). seq_cst: see emu_send_stop.
 			 */
 			if (sl && __atomic_load_n(&t->in_hold, __ATOMIC_SEQ_CST))
@@ -453,4 +455,3 @@ uint64_t emu_reap_acks(struct pvhint_emu *e, uint64_t now)
 	}
 	return next;
 }
-

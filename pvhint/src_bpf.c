@@ -13,6 +13,15 @@
  * slot (BPF_NOEXIST update of slot_owner: atomic even between processes sharing the maps) and
  * maps its tid to it (tid_slot): two bpf(2) calls, once per thread. Lock paths after that read
  * the slot from TLS. The program frees the slot when the thread exits.
+ *
+ * Unprivileged processes: pvhintd (tools/pvhintd) loads the program once, as root or with
+ * CAP_BPF + CAP_PERFMON, and serves it on a Unix socket (pvhint_bpf_serve). A process that
+ * cannot load it connects there (PVHINT_BPF_SOCKET, default PVHINT_BPF_SOCKET_PATH): the daemon
+ * sends the frozen page maps' descriptors (SCM_RIGHTS; the process maps them read-only, which
+ * needs no bpf(2)), and claims slots for the process's threads on request, after checking that
+ * the thread belongs to the peer (SO_PEERCRED, same pid namespace). Who may connect is the
+ * socket's permission: a group the daemon's administrator chooses. The claim is one socket round
+ * trip per thread, as the local claim is two bpf(2) calls.
  */
 #define _GNU_SOURCE
 #include "internal.h"
@@ -37,9 +46,24 @@ PVRT_API int pvhint_slot_mode;
 #include <linux/capability.h>
 #include <stdarg.h>
 #include <stdlib.h>
+#include <poll.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/un.h>
+
+/* The daemon's protocol (SOCK_SEQPACKET: one message per request and reply). */
+enum { DMSG_HELLO = 1, DMSG_CLAIM = 2 };
+struct dreq {
+	uint32_t op;
+	uint32_t tid; /* DMSG_CLAIM: the thread to claim a slot for */
+};
+struct drep {
+	int32_t status;	    /* 0, the slot (DMSG_CLAIM), or a negative errno */
+	uint32_t len, vlen; /* DMSG_HELLO: the page maps' mapping lengths (vlen 0: no vCPU page) */
+	char why[120];	    /* vCPU page missing: why */
+};
 
 static struct {
 	pthread_mutex_t mu;
@@ -48,12 +72,16 @@ static struct {
 	size_t len;
 	int vpage_fd; /* vCPU mode's page, -1 when the kernel has no per-CPU steal_time */
 	size_t vlen;
-	char vwhy[120];	 /* why there is no vCPU mode */
-	unsigned nopen;	 /* open bpf handles: pvhint_slot_mode while > 0 */
-	uint32_t cursor; /* next slot to try */
-	char log[160];	 /* libbpf's first warning during the load */
-	char vlog[160];	 /* the verifier's complaint */
-} inst = {.mu = PTHREAD_MUTEX_INITIALIZER};
+	char vwhy[120];	     /* why there is no vCPU mode */
+	unsigned nopen;	     /* open bpf handles: pvhint_slot_mode while > 0 */
+	uint32_t cursor;     /* next slot to try */
+	char log[160];	     /* libbpf's first warning during the load */
+	char vlog[160];	     /* the verifier's complaint */
+	bool ready;	     /* the page fds are set: loaded here, or received from pvhintd */
+	int dfd;	     /* connection to pvhintd (-1: the program is this process's) */
+	pid_t dpid;	     /* the process that made dfd (a fork child reconnects) */
+	pthread_mutex_t dmu; /* one request on dfd at a time */
+} inst = {.mu = PTHREAD_MUTEX_INITIALIZER, .dfd = -1, .dmu = PTHREAD_MUTEX_INITIALIZER};
 
 /* libbpf prints to stderr by default; a library must not. Keep, for the error message, the first
  * warning and the verifier's complaint (the log line before its statistics) instead. Called with
@@ -222,13 +250,127 @@ static int load(void)
 	inst.tid_fd = bpf_map__fd(s->maps.tid_slot);
 	inst.owner_fd = bpf_map__fd(s->maps.slot_owner);
 	inst.cursor = 1;
-	/* Release: a claimer that sees the skeleton sees the fds. */
+	/* Release: a claimer that sees the skeleton (or ready) sees the fds. */
 	__atomic_store_n(&inst.skel, s, __ATOMIC_RELEASE);
+	__atomic_store_n(&inst.ready, true, __ATOMIC_RELEASE);
 	s = NULL;
 out:
 	libbpf_set_print(old);
 	pvhint_bpf__destroy(s);
 	return err;
+}
+
+static const char *daemon_path(void)
+{
+	const char *p = secure_getenv("PVHINT_BPF_SOCKET");
+	return p && *p ? p : PVHINT_BPF_SOCKET_PATH;
+}
+
+static int daemon_connect(void)
+{
+	const char *path = daemon_path();
+	struct sockaddr_un a = {.sun_family = AF_UNIX};
+	if (strlen(path) >= sizeof(a.sun_path))
+		return -ENAMETOOLONG;
+	strcpy(a.sun_path, path);
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	if (connect(fd, (struct sockaddr *)&a, sizeof(a))) {
+		int e = -errno;
+		close(fd);
+		return e;
+	}
+	return fd;
+}
+
+/* One request and its reply; fds (up to 2) received with it, else -1. */
+static int daemon_call(int fd, const struct dreq *q, struct drep *r, int fds[2])
+{
+	if (send(fd, q, sizeof(*q), MSG_NOSIGNAL) != (ssize_t)sizeof(*q))
+		return errno ? -errno : -EIO;
+	union {
+		char buf[CMSG_SPACE(2 * sizeof(int))];
+		struct cmsghdr align;
+	} c;
+	struct iovec iov = {r, sizeof(*r)};
+	struct msghdr m = {.msg_iov = &iov,
+			   .msg_iovlen = 1,
+			   .msg_control = c.buf,
+			   .msg_controllen = sizeof(c.buf)};
+	ssize_t n;
+	do
+		n = recvmsg(fd, &m, MSG_CMSG_CLOEXEC);
+	while (n < 0 && errno == EINTR);
+	if (n != (ssize_t)sizeof(*r))
+		return n < 0 ? -errno : -EPROTO;
+	if (fds) {
+		fds[0] = fds[1] = -1;
+		for (struct cmsghdr *h = CMSG_FIRSTHDR(&m); h; h = CMSG_NXTHDR(&m, h))
+			if (h->cmsg_level == SOL_SOCKET && h->cmsg_type == SCM_RIGHTS) {
+				size_t k = (h->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+				memcpy(fds, CMSG_DATA(h), (k > 2 ? 2 : k) * sizeof(int));
+			}
+	}
+	return 0;
+}
+
+/* Called with inst.mu held, after a local load failed for want of privilege ('why'). */
+static int daemon_attach(const char *why)
+{
+	char msg[256];
+	snprintf(msg, sizeof(msg), "%s", why);
+	int fd = daemon_connect();
+	if (fd < 0)
+		return pvhint__fail(-EPERM, "%s; no pvhintd at %s (%s)", msg, daemon_path(),
+				    strerror(-fd));
+	struct dreq q = {.op = DMSG_HELLO};
+	struct drep r;
+	int fds[2] = {-1, -1};
+	int err = daemon_call(fd, &q, &r, fds);
+	if (!err && r.status)
+		err = r.status;
+	if (!err && (fds[0] < 0 || (r.vlen && fds[1] < 0)))
+		err = -EPROTO;
+	if (err) {
+		for (int i = 0; i < 2; i++)
+			if (fds[i] >= 0)
+				close(fds[i]);
+		close(fd);
+		return pvhint__fail(err, "%s; pvhintd at %s: %s", msg, daemon_path(),
+				    strerror(-err));
+	}
+	inst.page_fd = fds[0];
+	inst.len = r.len;
+	inst.vpage_fd = r.vlen ? fds[1] : -1;
+	inst.vlen = r.vlen;
+	r.why[sizeof(r.why) - 1] = 0;
+	snprintf(inst.vwhy, sizeof(inst.vwhy), "%s", r.vlen ? "" : r.why);
+	inst.dfd = fd;
+	inst.dpid = getpid();
+	__atomic_store_n(&inst.ready, true, __ATOMIC_RELEASE);
+	return 0;
+}
+
+/* A slot for tid through pvhintd. */
+static int daemon_claim(uint32_t tid)
+{
+	pthread_mutex_lock(&inst.dmu);
+	if (inst.dpid != getpid()) { /* a fork child: the parent's connection is the parent's */
+		close(inst.dfd);
+		inst.dfd = daemon_connect();
+		inst.dpid = getpid();
+	}
+	int r = inst.dfd;
+	if (r >= 0) {
+		struct dreq q = {.op = DMSG_CLAIM, .tid = tid};
+		struct drep rep;
+		r = daemon_call(inst.dfd, &q, &rep, NULL);
+		if (!r)
+			r = rep.status;
+	}
+	pthread_mutex_unlock(&inst.dmu);
+	return r;
 }
 
 static void atfork_child(void)
@@ -270,8 +412,11 @@ int pvhint__bpf_open(struct pvhint_impl *im, bool vcpu)
 
 	pthread_once(&once, atfork_once);
 	pthread_mutex_lock(&inst.mu);
-	if (!inst.skel)
+	if (!inst.ready) {
 		err = load();
+		if (err == -EPERM)
+			err = daemon_attach(pvhint_errmsg());
+	}
 	if (!err && vcpu && inst.vpage_fd < 0)
 		err = pvhint__fail(-ENOTSUP, "bpf vcpu mode: %s", inst.vwhy);
 	if (!err) {
@@ -308,12 +453,9 @@ void pvhint__bpf_close(struct pvhint_impl *im)
 	pthread_mutex_unlock(&inst.mu);
 }
 
-int pvhint__bpf_claim(void)
+/* Claim a free slot for tid in this process's maps. */
+static int claim_local(uint32_t tid)
 {
-	uint32_t tid = (uint32_t)syscall(SYS_gettid);
-
-	if (!__atomic_load_n(&inst.skel, __ATOMIC_ACQUIRE))
-		return -ENODEV;
 	/* Start where the last claim ended: freed slots are found again on the way round. */
 	uint32_t start = __atomic_fetch_add(&inst.cursor, 1, __ATOMIC_RELAXED);
 	for (uint32_t i = 0; i < PVHINT_BPF_SLOTS - 1; i++) {
@@ -334,10 +476,120 @@ int pvhint__bpf_claim(void)
 	return -ENOSPC;
 }
 
+int pvhint__bpf_claim(void)
+{
+	uint32_t tid = (uint32_t)syscall(SYS_gettid);
+
+	if (__atomic_load_n(&inst.skel, __ATOMIC_ACQUIRE))
+		return claim_local(tid);
+	if (__atomic_load_n(&inst.ready, __ATOMIC_ACQUIRE))
+		return daemon_claim(tid);
+	return -ENODEV;
+}
+
+/* ---- pvhintd's side ---- */
+
+/* Is tid a thread of process pid (the peer's, from SO_PEERCRED)? */
+static bool thread_of(pid_t pid, uint32_t tid)
+{
+	char p[64];
+	snprintf(p, sizeof(p), "/proc/%d/task/%u", (int)pid, tid);
+	return tid && access(p, F_OK) == 0;
+}
+
+static void serve_one(int fd)
+{
+	struct dreq q;
+	ssize_t n = recv(fd, &q, sizeof(q), 0);
+	if (n != (ssize_t)sizeof(q))
+		return;
+	struct drep r = {0};
+	int fds[2] = {inst.page_fd, inst.vpage_fd};
+	int nfd = 0;
+	if (q.op == DMSG_HELLO) {
+		r.len = (uint32_t)inst.len;
+		r.vlen = inst.vpage_fd >= 0 ? (uint32_t)inst.vlen : 0;
+		snprintf(r.why, sizeof(r.why), "%s", inst.vwhy);
+		nfd = inst.vpage_fd >= 0 ? 2 : 1;
+	} else if (q.op == DMSG_CLAIM) {
+		struct ucred cr;
+		socklen_t cl = sizeof(cr);
+		if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &cl))
+			r.status = -errno;
+		else if (!thread_of(cr.pid, q.tid))
+			r.status = -ESRCH; /* not the peer's thread (or another pid namespace) */
+		else
+			r.status = claim_local(q.tid);
+	} else {
+		r.status = -EINVAL;
+	}
+	union {
+		char buf[CMSG_SPACE(2 * sizeof(int))];
+		struct cmsghdr align;
+	} c;
+	struct iovec iov = {&r, sizeof(r)};
+	struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1};
+	if (nfd) {
+		memset(&c, 0, sizeof(c));
+		m.msg_control = c.buf;
+		m.msg_controllen = CMSG_SPACE((size_t)nfd * sizeof(int));
+		struct cmsghdr *h = CMSG_FIRSTHDR(&m);
+		h->cmsg_level = SOL_SOCKET;
+		h->cmsg_type = SCM_RIGHTS;
+		h->cmsg_len = CMSG_LEN((size_t)nfd * sizeof(int));
+		memcpy(CMSG_DATA(h), fds, (size_t)nfd * sizeof(int));
+	}
+	sendmsg(fd, &m, MSG_NOSIGNAL);
+}
+
+#define SERVE_MAX 1024 /* connections at once (one per client process) */
+
+int pvhint_bpf_serve(int listen_fd, volatile int *stop)
+{
+	pthread_mutex_lock(&inst.mu);
+	int err = inst.skel ? 0 : load();
+	pthread_mutex_unlock(&inst.mu);
+	if (err)
+		return err;
+	static struct pollfd pf[SERVE_MAX + 1];
+	nfds_t n = 1;
+	pf[0] = (struct pollfd){.fd = listen_fd, .events = POLLIN};
+	while (!(stop && *stop)) {
+		if (poll(pf, n, 200) < 0) {
+			if (errno == EINTR)
+				continue;
+			return pvhint__fail(-errno, "pvhintd: poll: %s", strerror(errno));
+		}
+		for (nfds_t i = n; i-- > 1;) {
+			if (pf[i].revents & POLLIN)
+				serve_one(pf[i].fd);
+			else if (!(pf[i].revents & (POLLHUP | POLLERR)))
+				continue;
+			if (pf[i].revents & (POLLHUP | POLLERR)) {
+				close(pf[i].fd);
+				pf[i] = pf[--n];
+			}
+		}
+		if (pf[0].revents & POLLIN) {
+			int c = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC);
+			if (c >= 0 && n <= SERVE_MAX)
+				pf[n++] = (struct pollfd){.fd = c, .events = POLLIN};
+			else if (c >= 0)
+				close(c); /* full: the client falls back to none */
+		}
+	}
+	for (nfds_t i = 1; i < n; i++)
+		close(pf[i].fd);
+	return 0;
+}
+
 int pvhint_bpf_stats(pvhint_t *h, struct pvhint_bpf_stats *out)
 {
 	if (!h || !h->impl || !h->impl->bpf || !out)
 		return pvhint__fail(-ENOTSUP, "not a bpf handle");
+	if (!inst.skel)
+		return pvhint__fail(-ENOTSUP, "bpf: the program is pvhintd's: its counters are "
+					      "not this process's to read");
 	out->switches = __atomic_load_n(&inst.skel->bss->switches_out, __ATOMIC_RELAXED);
 	out->missed = __atomic_load_n(&inst.skel->bss->missed_in, __ATOMIC_RELAXED);
 	out->slots = 0;
@@ -413,6 +665,13 @@ void pvhint__bpf_close(struct pvhint_impl *im)
 int pvhint__bpf_claim(void)
 {
 	return -ENODEV;
+}
+
+int pvhint_bpf_serve(int listen_fd, volatile int *stop)
+{
+	(void)listen_fd;
+	(void)stop;
+	return pvhint__fail(-ENOTSUP, "bpf: this libpvhint was built without the bpf source");
 }
 #endif
 

@@ -199,9 +199,24 @@ struct pvhint_bpf_stats {
 	uint64_t missed;   /* switch-outs whose preceding switch-in the program did not see */
 	uint32_t slots;	   /* slots owned now */
 };
-/* -ENOTSUP unless h is a bpf handle.
+/* -ENOTSUP unless h is a bpf handle whose program this process loaded (not pvhintd's).
  * Context: any. */
 PVRT_API int pvhint_bpf_stats(pvhint_t *h, struct pvhint_bpf_stats *out);
+
+/*
+ * pvhintd's socket: a process that may not load the program itself (no CAP_BPF + CAP_PERFMON)
+ * gets the page from the daemon there ($PVHINT_BPF_SOCKET overrides; ignored in setuid programs).
+ */
+#define PVHINT_BPF_SOCKET_PATH "/run/pvhint/pvhintd.sock"
+
+/*
+ * Load the bpf program (privileged) and serve it to other processes on listen_fd, a listening
+ * AF_UNIX SOCK_SEQPACKET socket whose permissions say who may connect: each gets the page maps
+ * (read-only) and slots for its own threads. Returns 0 once *stop is non-zero (checked at least
+ * every 200 ms; stop may be NULL), or a negative errno (the load failed). tools/pvhintd.
+ * Context: thread (it blocks).
+ */
+PVRT_API int pvhint_bpf_serve(int listen_fd, volatile int *stop);
 
 /* ---- overcommit emulator (source emu) ----
  *

@@ -10,7 +10,11 @@
  *    PROT_WRITE or a bpf(2) update of the map;
  *  - an unprivileged process gets the one-line error naming the missing capabilities, and auto
  *    falls back to none;
- *  - slot churn: 10k short-lived threads, each registered; slots are freed at thread exit.
+ *  - slot churn: 10k short-lived threads, each registered; slots are freed at thread exit;
+ *  - pvhintd's protocol (pvhint_bpf_serve on a socket of group nogroup): an unprivileged process
+ *    in that group gets the bpf source through it, read-only, with distinct slots for its
+ *    threads, and cannot claim a slot for a thread not its own; one outside the group gets the
+ *    one-line error and none under auto.
  * Exit 77 (skipped) where the source is unavailable: built without it, kernel without BTF, or
  * not privileged. `test_pvhint_bpf --usable` only answers whether it is (0 yes, 77 no), for the
  * tests that run other programs under PVRT_HINTS=bpf.
@@ -29,7 +33,10 @@
 #include <signal.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -475,9 +482,129 @@ static void vcpu_mode(void)
 	pvhint_close(v);
 }
 
+/* ---- pvhintd: the source served to unprivileged processes ---- */
+
+static void *slot_thread(void *p)
+{
+	*(int *)p = pvhint_self_vcpu();
+	return NULL;
+}
+
+/* Run as nobody (exec'd by daemon()): use the source through the daemon. */
+static int daemon_client(void)
+{
+	pvhint_t *u;
+	int err = pvhint_open(&(struct pvhint_options){.source = "bpf"}, &u);
+	printf("daemon client: %d %s\n", err, err ? pvhint_errmsg() : pvhint_source_name(u));
+	CHECK_EQ(err, 0);
+	CHECK(!strcmp(pvhint_source_name(u), "bpf"));
+	CHECK_EQ(pvhint_header(u)->kind, PVHINT_KIND_THREAD);
+	h = u;
+	int s[3];
+	s[0] = pvhint_self_vcpu();
+	pthread_t t[2];
+	for (int i = 0; i < 2; i++)
+		CHECK(!pthread_create(&t[i], NULL, slot_thread, &s[i + 1]));
+	for (int i = 0; i < 2; i++)
+		CHECK(!pthread_join(t[i], NULL));
+	for (int i = 0; i < 3; i++)
+		CHECK(s[i] > 0 && (unsigned)s[i] < u->nr);
+	CHECK(s[0] != s[1] && s[1] != s[2] && s[0] != s[2]);
+	/* The record of the calling thread is kept: it runs, so it is not preempted. */
+	CHECK(!(__atomic_load_n(&u->rec[s[0]].preempted, __ATOMIC_RELAXED) & PVHINT_PREEMPTED));
+	CHECK(mprotect((void *)pvhint_header(u), map_len(), PROT_READ | PROT_WRITE) == -1 &&
+	      errno == EACCES);
+	struct pvhint_bpf_stats st;
+	CHECK_EQ(pvhint_bpf_stats(u, &st), -ENOTSUP); /* the daemon's counters */
+	/* A claim for someone else's thread (pid 1's) is refused. */
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET, 0);
+	struct sockaddr_un a = {.sun_family = AF_UNIX};
+	snprintf(a.sun_path, sizeof(a.sun_path), "%s", getenv("PVHINT_BPF_SOCKET"));
+	CHECK(fd >= 0 && !connect(fd, (struct sockaddr *)&a, sizeof(a)));
+	uint32_t q[2] = {2 /* claim */, 1 /* init */};
+	int32_t rep[32];
+	CHECK(send(fd, q, sizeof(q), 0) == sizeof(q));
+	CHECK(recv(fd, rep, sizeof(rep), 0) > 0);
+	CHECK_EQ(rep[0], -ESRCH);
+	close(fd);
+	printf("daemon client: slots %d %d %d; foreign claim refused\n", s[0], s[1], s[2]);
+	return 0;
+}
+
+/* Run as a user outside the socket's group: the error, and none under auto. */
+static int daemon_outsider(void)
+{
+	pvhint_t *u;
+	int err = pvhint_open(&(struct pvhint_options){.source = "bpf"}, &u);
+	printf("outsider: %d %s\n", err, pvhint_errmsg());
+	CHECK_EQ(err, -EPERM);
+	CHECK(strstr(pvhint_errmsg(), "pvhintd") && strstr(pvhint_errmsg(), "Permission denied"));
+	CHECK(!strchr(pvhint_errmsg(), '\n'));
+	CHECK(!pvhint_open(&(struct pvhint_options){.source = "auto"}, &u));
+	CHECK(!strcmp(pvhint_source_name(u), "none"));
+	return 0;
+}
+
+static volatile int serve_stop;
+static int serve_fd;
+static void *serve_main(void *p)
+{
+	(void)p;
+	return (void *)(intptr_t)pvhint_bpf_serve(serve_fd, &serve_stop);
+}
+
+/* Run argv0 with 'mode' as uid/gid, with the socket path in the environment. */
+static void run_as(const char *argv0, const char *mode, uid_t uid, gid_t gid, const char *sock)
+{
+	pid_t pid = fork();
+	CHECK(pid >= 0);
+	if (pid == 0) {
+		if (setgroups(0, NULL) || setresgid(gid, gid, gid) || setresuid(uid, uid, uid))
+			_exit(3);
+		setenv("PVHINT_BPF_SOCKET", sock, 1);
+		execl(argv0, argv0, mode, (char *)NULL);
+		_exit(4);
+	}
+	int st;
+	CHECK(waitpid(pid, &st, 0) == pid);
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
+static void daemon_test(const char *argv0)
+{
+	char dir[] = "/tmp/pvhintd-test.XXXXXX";
+	CHECK(mkdtemp(dir));
+	CHECK(!chmod(dir, 0755));
+	char sock[64];
+	snprintf(sock, sizeof(sock), "%s/d.sock", dir);
+	struct sockaddr_un a = {.sun_family = AF_UNIX};
+	snprintf(a.sun_path, sizeof(a.sun_path), "%s", sock);
+	serve_fd = socket(AF_UNIX, SOCK_SEQPACKET, 0);
+	CHECK(serve_fd >= 0 && !bind(serve_fd, (struct sockaddr *)&a, sizeof(a)) &&
+	      !listen(serve_fd, 8));
+	CHECK(!chown(sock, 0, 65534) && !chmod(sock, 0660));
+	pthread_t t;
+	CHECK(!pthread_create(&t, NULL, serve_main, NULL));
+	run_as(argv0, "--daemon-client", 65534, 65534, sock);
+	run_as(argv0, "--daemon-outsider", 65533, 65533, sock);
+	serve_stop = 1;
+	void *r;
+	CHECK(!pthread_join(t, &r));
+	CHECK_EQ((intptr_t)r, 0);
+	close(serve_fd);
+	unlink(sock);
+	rmdir(dir);
+	printf("pvhintd protocol ok\n");
+}
+
 int main(int argc, char **argv)
 {
 	int err;
+
+	if (argc > 1 && !strcmp(argv[1], "--daemon-client"))
+		return daemon_client();
+	if (argc > 1 && !strcmp(argv[1], "--daemon-outsider"))
+		return daemon_outsider();
 
 	if (argc > 1 && !strcmp(argv[1], "--usable")) {
 		err = pvhint_open(&(struct pvhint_options){.source = "bpf"}, &h);
@@ -510,6 +637,7 @@ int main(int argc, char **argv)
 	flag_latency();
 	churn();
 	vcpu_mode();
+	daemon_test(argv[0]);
 	pvhint_close(h);
 	printf("bpf ok\n");
 	return 0;

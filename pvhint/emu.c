@@ -603,6 +603,20 @@ int pvhint_emu_detach(pvhint_t *h)
 	return 0;
 }
 
+int pvhint_exec_prepare(void)
+{
+	struct emu_thr *t = emu_self;
+	if (t) {
+		if (exit_key != (pthread_key_t)-1)
+			pthread_setspecific(exit_key, NULL);
+		thr_release(t); /* no stop is sent to it after this */
+	}
+	emu_lock_enter(&emu_glock); /* the signal stays installed meanwhile */
+	emu_sig_discard();
+	emu_lock_leave(&emu_glock);
+	return t != NULL;
+}
+
 /* ---- park / unpark (the runtime's blocking waits) ---- */
 
 void pvhint__emu_park(struct pvhint_impl *im)

@@ -157,7 +157,8 @@ void emu_wait_hold(struct emu_thr *t);
 int emu_sig_get(int want);
 void emu_sig_put(void);
 void emu_sig_fork_child(void);
-int emu_sig_number(void); /* the stop signal (0: none installed) */
+int emu_sig_number(void);   /* the stop signal (0: none installed) */
+void emu_sig_discard(void); /* drop stop signals queued for the calling thread */
 bool emu_send_stop(struct pvhint_emu *e, struct emu_vcpu *vc, struct emu_thr *t);
 void emu_wait_acks(struct pvhint_emu *e, struct emu_vcpu *vc);
 bool emu_stop_begin(struct pvhint_emu *e, unsigned v, uint64_t now);

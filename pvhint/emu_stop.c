@@ -187,6 +187,25 @@ int emu_sig_number(void)
 	return sig_refs > 0 ? sig_no : 0;
 }
 
+void emu_sig_discard(void)
+{
+	int sig = emu_sig_number();
+	if (!sig)
+		return;
+	sigset_t s, old;
+	sigemptyset(&s);
+	sigaddset(&s, sig);
+	/* Blocked, a queued instance stays queued instead of running the handler; take each one
+	 * off the queue (ours: count it done, as the handler would), then restore the mask. */
+	pthread_sigmask(SIG_BLOCK, &s, &old);
+	siginfo_t si;
+	const struct timespec zero = {0, 0};
+	while (sigtimedwait(&s, &si, &zero) == sig)
+		if (si.si_code == SI_QUEUE && si.si_value.sival_ptr == (void *)&stop_cookie)
+			__atomic_fetch_sub(&inflight, 1, __ATOMIC_RELEASE);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+}
+
 /* ---- stopping and releasing a vCPU's threads (emu->lock held) ---- */
 
 /* Is t blocked in the kernel (so not running user code)? From its /proc stat state letter. */

@@ -191,6 +191,15 @@ PVRT_API void pvhint_thread_park(pvhint_t *h);
  * Context: thread, ULT (for its worker); fork (no-op for an inherited emulator). */
 PVRT_API void pvhint_thread_unpark(pvhint_t *h);
 
+/*
+ * Before execve: detach the calling thread from the emulator it is attached to (if any) and
+ * discard a stop signal already queued for it, which the new program (with no handler for it)
+ * would die of. If the exec fails, the thread goes on detached: its vCPU no longer stops it.
+ * The preload calls it in its exec wrappers. Returns 1 if the thread was attached, else 0.
+ * Context: thread, ULT (its kernel thread's attachment).
+ */
+PVRT_API int pvhint_exec_prepare(void);
+
 /* ---- the bpf source ---- */
 
 /* Counters of the process's BPF program (totals since it was loaded). */

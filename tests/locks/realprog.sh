@@ -19,7 +19,7 @@ if command -v sysbench >/dev/null 2>&1; then
 	acq=$(echo "$out" | mutex_acq)
 	[ "${acq:-0}" -ge 8000 ] || fail "sysbench mutex: only ${acq:-0} pvrt mutex acquisitions"
 	echo "sysbench mutex: OK ($acq pvrt mutex acquisitions)"
-	out=$("$run" --stats -- sysbench --threads=4 --events=2000 --time=0 threads \
+	out=$("$run" --stats -- sysbench --threads=4 --events=2000 --time=0 threads --thread-yields=100 \
 		--thread-locks=4 run 2>&1) || fail "sysbench threads: $out"
 	echo "$out" | grep -q "total number of events: *2000$" || fail "sysbench threads: $out"
 	echo "sysbench threads: OK"

@@ -45,7 +45,7 @@ PY
 fi
 [ -n "$sqlite" ] && same "sqlite3 threads" sh -c "'$sqlite' | grep result:"
 if command -v sysbench >/dev/null; then
-	same "sysbench threads" sh -c "sysbench --threads=8 --events=2000 --time=0 threads \
+	same "sysbench threads" sh -c "sysbench --threads=8 --events=2000 --time=0 threads --thread-yields=100 \
 		--thread-locks=4 run | grep 'total number of events'"
 fi
 [ $ran -eq 1 ] || exit 77

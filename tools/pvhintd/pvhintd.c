@@ -84,10 +84,11 @@ int main(int argc, char **argv)
 			return 1;
 		}
 		unlink(path);
-		/* Created 0600, then opened to the group: never wider than asked, not even briefly. */
+		/* Created 0600, then opened to the group: never wider than asked. */
 		mode_t old = umask(0177);
 		if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof(a)) || listen(fd, 64)) {
-			fprintf(stderr, "pvhintd: cannot listen on %s: %s\n", path, strerror(errno));
+			fprintf(stderr, "pvhintd: cannot listen on %s: %s\n", path,
+				strerror(errno));
 			return 1;
 		}
 		umask(old);

@@ -9,6 +9,11 @@
  * (min/max per-thread acquisitions). Use --benchmark_repetitions=N for medians;
  * bench/locks/overcommit.sh runs it undercommitted and at 1.5x/2x/3x emulated overcommit and
  * prints the ratios. PVRT_BENCH_STATS=1 prints the pvrt mutex statistics at the end.
+ * Also counted: thread_min_ops/thread_max_ops (acquisitions/s of the slowest and fastest thread).
+ * PVRT_BENCH_LATENCY=1 adds lat_p50_us, lat_p99_us, lat_p999_us: acquisition latency (lock call
+ * to acquired) from sampled acquisitions (lockwork.h: two clock reads in one acquisition of 8,
+ * fewer as a thread's sample buffer fills; without the variable the measured loop has no
+ * sampling code).
  */
 #include "lockwork.h"
 
@@ -19,6 +24,7 @@
 
 static int threads;
 static double seconds = 0.5;
+static bool latency;
 
 static void bm_lock(pvrt_bench_state *st)
 {
@@ -28,6 +34,7 @@ static void bm_lock(pvrt_bench_state *st)
 	    .cs_work = (unsigned)pvrt_bench_arg(st, 1),
 	    .out_work = 20,
 	    .seconds = seconds,
+	    .latency = latency,
 	};
 	struct lw_result r = {0};
 	while (pvrt_bench_keep_running(st)) {
@@ -40,11 +47,26 @@ static void bm_lock(pvrt_bench_state *st)
 	pvrt_bench_counter(st, "ops_per_s", r.ops_per_s, PVRT_BENCH_COUNTER_VALUE);
 	pvrt_bench_counter(st, "fairness", r.fairness, PVRT_BENCH_COUNTER_VALUE);
 	pvrt_bench_counter(st, "threads", threads, PVRT_BENCH_COUNTER_VALUE);
+	pvrt_bench_counter(st, "thread_min_ops", (double)r.thread_min / r.elapsed,
+			   PVRT_BENCH_COUNTER_VALUE);
+	pvrt_bench_counter(st, "thread_max_ops", (double)r.thread_max / r.elapsed,
+			   PVRT_BENCH_COUNTER_VALUE);
+	if (latency) {
+		pvrt_bench_counter(st, "lat_p50_us", r.lat_p50 * 1e-3, PVRT_BENCH_COUNTER_VALUE);
+		pvrt_bench_counter(st, "lat_p99_us", r.lat_p99 * 1e-3, PVRT_BENCH_COUNTER_VALUE);
+		pvrt_bench_counter(st, "lat_p999_us", r.lat_p999 * 1e-3, PVRT_BENCH_COUNTER_VALUE);
+	}
 }
 
 int main(int argc, char **argv)
 {
 	lw_env(&seconds, &threads);
+	const char *e = getenv("PVRT_BENCH_LATENCY");
+	if (e && strcmp(e, "0") && strcmp(e, "1")) {
+		fprintf(stderr, "bench_locks: PVRT_BENCH_LATENCY must be 0 or 1, not '%s'\n", e);
+		return 2;
+	}
+	latency = e && !strcmp(e, "1");
 	if (!threads) {
 		pvhint_t *def = NULL;
 		pvhint_default(&def);

@@ -22,6 +22,7 @@
 #include "pvrt_os.h"
 
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -114,6 +115,7 @@ struct lw_config {
 	unsigned cs_work;  /* work units inside the critical section */
 	unsigned out_work; /* work units outside */
 	double seconds;
+	bool latency; /* sample acquisition latency (lw_result.lat_*) */
 };
 
 struct lw_result {
@@ -121,6 +123,20 @@ struct lw_result {
 	double fairness; /* min/max of per-thread acquisitions (1 = perfectly fair) */
 	double elapsed;
 	uint64_t total;
+	uint64_t thread_min, thread_max; /* fewest and most acquisitions of one thread */
+	/* With lw_config.latency: acquisition latency percentiles in ns (lock call to acquired),
+	 * from sampled acquisitions; 0 when off or nothing was sampled. */
+	double lat_p50, lat_p99, lat_p999;
+};
+
+/* Latency sampling: each thread times one acquisition in 'stride' (starting at LW_LAT_STRIDE)
+ * and keeps at most LW_LAT_MAX samples; when the buffer fills it drops every other sample and
+ * doubles its stride, so the samples stay spread evenly over the whole run at any lock rate. */
+enum { LW_LAT_STRIDE = 8, LW_LAT_MAX = 4096 };
+struct lw_lat {
+	uint32_t ns[LW_LAT_MAX];
+	uint32_t n;	 /* samples kept */
+	uint64_t stride; /* acquisitions per sample (a power of two) */
 };
 
 struct lw_shared {
@@ -135,6 +151,7 @@ struct lw_shared {
 	struct lw_mcs mcs;
 	uint64_t shared_counter;
 	uint64_t counts[64];
+	struct lw_lat *lat; /* [threads] when sampling latency, else NULL */
 };
 
 /* One unit of work: a few dependent arithmetic operations (~5 ns) the compiler cannot drop. */
@@ -147,18 +164,30 @@ static inline uint64_t lw_work(uint64_t x, unsigned units)
 	return x;
 }
 
-static inline void *lw_thread(void *p)
+static inline void lw_lat_add(struct lw_lat *l, uint64_t ns)
 {
-	void **a = p;
-	struct lw_shared *s = a[0];
-	long id = (long)a[1];
+	if (l->n == LW_LAT_MAX) {
+		for (uint32_t i = 0; i < LW_LAT_MAX / 2; i++)
+			l->ns[i] = l->ns[2 * i];
+		l->n = LW_LAT_MAX / 2;
+		l->stride *= 2;
+	}
+	l->ns[l->n++] = ns > UINT32_MAX ? UINT32_MAX : (uint32_t)ns;
+}
+
+/* The measured loop. Always inlined with a constant 'sample', so the loop without sampling
+ * has no trace of it. */
+static inline __attribute__((always_inline)) uint64_t lw_loop(struct lw_shared *s, long id,
+							      bool sample)
+{
 	const struct lw_config *c = s->cfg;
-	if (s->emu && pvhint_tls_vcpu < 0)
-		pvhint_emu_attach_next(s->emu);
+	struct lw_lat *lat = sample ? &s->lat[id] : NULL;
 	struct lw_mcs_node node;
-	uint64_t n = 0, x = (uint64_t)id + 1;
-	pthread_barrier_wait(&s->start);
+	uint64_t n = 0, x = (uint64_t)id + 1, t0 = 0;
 	while (!__atomic_load_n(&s->stop, __ATOMIC_RELAXED)) {
+		bool timed = sample && (n & (lat->stride - 1)) == 0;
+		if (timed)
+			t0 = os_now_ns();
 		switch (c->kind) {
 		case LW_PVRT:
 		case LW_PVRT_NOHINTS:
@@ -180,6 +209,9 @@ static inline void *lw_thread(void *p)
 		default:
 			break;
 		}
+		/* The clock is read inside the section but the sample is stored after it, so the
+		 * holder keeps the lock no longer than one clock read. */
+		uint64_t t1 = timed ? os_now_ns() : 0;
 		s->shared_counter = lw_work(s->shared_counter, c->cs_work);
 		switch (c->kind) {
 		case LW_PVRT:
@@ -202,14 +234,71 @@ static inline void *lw_thread(void *p)
 		default:
 			break;
 		}
+		if (timed)
+			lw_lat_add(lat, t1 - t0);
 		n++;
 		x = lw_work(x, c->out_work);
 	}
 	__asm__ volatile("" : : "r"(x));
-	s->counts[id] = n;
+	return n;
+}
+
+static inline void *lw_thread(void *p)
+{
+	void **a = p;
+	struct lw_shared *s = a[0];
+	long id = (long)a[1];
+	if (s->emu && pvhint_tls_vcpu < 0)
+		pvhint_emu_attach_next(s->emu);
+	pthread_barrier_wait(&s->start);
+	s->counts[id] = s->lat ? lw_loop(s, id, true) : lw_loop(s, id, false);
 	if (s->emu && pvhint_tls_vcpu >= 0)
 		pvhint_emu_detach(s->emu);
 	return NULL;
+}
+
+struct lw_lat_sample {
+	uint32_t ns;
+	uint64_t weight; /* acquisitions the sample stands for: its thread's final stride */
+};
+
+static inline int lw_lat_cmp(const void *a, const void *b)
+{
+	uint32_t x = ((const struct lw_lat_sample *)a)->ns,
+		 y = ((const struct lw_lat_sample *)b)->ns;
+	return x < y ? -1 : x > y;
+}
+
+/* Weighted percentiles over every thread's samples: a thread that ran more acquisitions kept
+ * a coarser stride, so each of its samples counts for more. */
+static inline void lw_lat_percentiles(const struct lw_shared *s, int threads, struct lw_result *out)
+{
+	size_t n = 0;
+	for (int i = 0; i < threads; i++)
+		n += s->lat[i].n;
+	struct lw_lat_sample *v = n ? malloc(n * sizeof(*v)) : NULL;
+	if (!v)
+		return;
+	size_t k = 0;
+	uint64_t total = 0;
+	for (int i = 0; i < threads; i++)
+		for (uint32_t j = 0; j < s->lat[i].n; j++) {
+			/* A thread's earlier samples were taken at finer strides but were
+			 * thinned by the same factor since, so all stand for the final one. */
+			v[k++] = (struct lw_lat_sample){s->lat[i].ns[j], s->lat[i].stride};
+			total += s->lat[i].stride;
+		}
+	qsort(v, n, sizeof(*v), lw_lat_cmp);
+	const double q[3] = {0.5, 0.99, 0.999};
+	double *dst[3] = {&out->lat_p50, &out->lat_p99, &out->lat_p999};
+	uint64_t acc = 0;
+	size_t j = 0;
+	for (int i = 0; i < 3; i++) {
+		while (j < n - 1 && (double)(acc + v[j].weight) < q[i] * (double)total)
+			acc += v[j++].weight;
+		*dst[i] = v[j].ns;
+	}
+	free(v);
 }
 
 static inline double lw_now(void)
@@ -245,6 +334,15 @@ static inline int lw_run(const struct lw_config *c, struct lw_result *out)
 	pthread_mutex_init(&s->gm, &ma);
 	pthread_mutexattr_destroy(&ma);
 	pthread_spin_init(&s->sl, PTHREAD_PROCESS_PRIVATE);
+	if (c->latency) {
+		s->lat = calloc((size_t)c->threads, sizeof(*s->lat));
+		if (!s->lat) {
+			free(s);
+			return -1;
+		}
+		for (int i = 0; i < c->threads; i++)
+			s->lat[i].stride = LW_LAT_STRIDE;
+	}
 	pthread_barrier_init(&s->start, NULL, (unsigned)c->threads + 1);
 
 	pthread_t t[64];
@@ -277,6 +375,13 @@ static inline int lw_run(const struct lw_config *c, struct lw_result *out)
 	out->elapsed = el;
 	out->ops_per_s = (double)total / el;
 	out->fairness = mx ? (double)mn / (double)mx : 0;
+	out->thread_min = mn;
+	out->thread_max = mx;
+	out->lat_p50 = out->lat_p99 = out->lat_p999 = 0;
+	if (s->lat) {
+		lw_lat_percentiles(s, c->threads, out);
+		free(s->lat);
+	}
 	pvrt_locks_set_hints(NULL);
 	pthread_barrier_destroy(&s->start);
 	pthread_mutex_destroy(&s->gm);

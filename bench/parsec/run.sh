@@ -16,6 +16,8 @@
 #   BASE_BUILD another build dir: adds variant "base" (its pvrt-run), to compare two versions
 #              of pvrt in the same rounds
 #   CPUS      (default nproc)
+#   FIRST_ROUND (default 1) the number of the first round (it sets the variant order): a caller
+#              running one round at a time (tools/bench-report) still rotates the order
 set -eu
 build=$1 rounds=${2:-3}
 run=$build/bin/pvrt-run
@@ -73,7 +75,11 @@ run_one() {
 }
 
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg); cpus $cpus; variants: $variants" >&2
-for r in $(seq "$rounds"); do
+first=${FIRST_ROUND:-1}
+case $first in
+'' | *[!0-9]*) echo "run.sh: FIRST_ROUND must be a number, not '$first'" >&2; exit 2 ;;
+esac
+for r in $(seq "$first" $((first + rounds - 1))); do
 	for s in $settings; do
 		if [ "$s" = hog ]; then
 			sh -c 'while :; do :; done' &

@@ -55,7 +55,7 @@ EXPORT int execvp(const char *file, char *const argv[])
 }
 
 /* The list forms: count the arguments, then the array form (on the stack, as glibc does). */
-#define ARGV_FROM_LIST(first, ap, extra)                                                          \
+#define ARGV_FROM_LIST(first, ap, extra)                                                           \
 	size_t n = 1;                                                                              \
 	va_start(ap, first);                                                                       \
 	while (va_arg(ap, char *))                                                                 \

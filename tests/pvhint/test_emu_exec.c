@@ -45,9 +45,10 @@ int main(void)
 	pid_t pid = fork();
 	CHECK(pid >= 0);
 	if (pid == 0) {
-		CHECK(!pvhint_open(&(struct pvhint_options){.source = "emu",
-							  .emu = "vcpus=2,mode=script,ack_timeout=1ms"},
-				   &h));
+		CHECK(!pvhint_open(
+		    &(struct pvhint_options){.source = "emu",
+					     .emu = "vcpus=2,mode=script,ack_timeout=1ms"},
+		    &h));
 		pthread_t t;
 		CHECK(!pthread_create(&t, NULL, execer, NULL));
 		while (!__atomic_load_n(&ready, __ATOMIC_ACQUIRE))

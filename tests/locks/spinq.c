@@ -28,9 +28,9 @@
 static struct pvrt_spinq_node *tail;
 static int heads_now;
 static unsigned long heads, gave_up;
-static long rounds = 20000; /* per thread, first phase */
-static long gens = 2000;    /* threads replaced in the second phase */
-#define GEN_ROUNDS 50	    /* per thread, second phase */
+static long rounds = 5000; /* per thread, first phase (6 spinning threads: slow under load) */
+static long gens = 1000;   /* threads replaced in the second phase */
+#define GEN_ROUNDS 50	   /* per thread, second phase */
 
 #define FAKE_VCPUS NT
 static struct pvhint_record rec[FAKE_VCPUS];

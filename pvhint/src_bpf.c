@@ -554,7 +554,8 @@ int pvhint_bpf_serve(int listen_fd, volatile int *stop)
 	static struct pollfd pf[SERVE_MAX + 1];
 	nfds_t n = 1;
 	pf[0] = (struct pollfd){.fd = listen_fd, .events = POLLIN};
-	while (!(stop && *stop)) {
+	/* Relaxed: a flag set by a signal handler or another thread, polled. */
+	while (!(stop && __atomic_load_n(stop, __ATOMIC_RELAXED))) {
 		if (poll(pf, n, 200) < 0) {
 			if (errno == EINTR)
 				continue;

@@ -587,7 +587,7 @@ static void daemon_test(const char *argv0)
 	CHECK(!pthread_create(&t, NULL, serve_main, NULL));
 	run_as(argv0, "--daemon-client", 65534, 65534, sock);
 	run_as(argv0, "--daemon-outsider", 65533, 65533, sock);
-	serve_stop = 1;
+	__atomic_store_n(&serve_stop, 1, __ATOMIC_RELAXED); /* polled by the server */
 	void *r;
 	CHECK(!pthread_join(t, &r));
 	CHECK_EQ((intptr_t)r, 0);

@@ -528,6 +528,7 @@ static int daemon_client(void)
 	CHECK_EQ(rep[0], -ESRCH);
 	close(fd);
 	printf("daemon client: slots %d %d %d; foreign claim refused\n", s[0], s[1], s[2]);
+	pvhint_close(u);
 	return 0;
 }
 
@@ -542,6 +543,7 @@ static int daemon_outsider(void)
 	CHECK(!strchr(pvhint_errmsg(), '\n'));
 	CHECK(!pvhint_open(&(struct pvhint_options){.source = "auto"}, &u));
 	CHECK(!strcmp(pvhint_source_name(u), "none"));
+	pvhint_close(u);
 	return 0;
 }
 

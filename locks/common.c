@@ -29,8 +29,11 @@ static void lk_open_default(void)
 					 __ATOMIC_RELAXED))
 		return;
 	pvhint_t *h = NULL;
+	/* Opened from inside a lock call or pthread_create, which leave errno as glibc's do. */
+	int saved = errno;
 	/* On failure pvhint_default leaves h at a handle of source none (its contract). */
 	(void)pvhint_default(&h);
+	errno = saved;
 	if (!h)
 		h = &lk_none_handle;
 	/* Release: publish the opened handle's fields to threads that load the pointer. */

@@ -315,15 +315,14 @@ static int daemon_call(int fd, const struct dreq *q, struct drep *r, int fds[2])
 	return 0;
 }
 
-/* Called with inst.mu held, after a local load failed for want of privilege ('why'). */
-static int daemon_attach(const char *why)
+/* Attach to pvhintd's instance (inst.mu held). On failure, why (n bytes) says what failed. */
+static int daemon_attach(char *why, size_t n)
 {
-	char msg[256];
-	snprintf(msg, sizeof(msg), "%s", why);
 	int fd = daemon_connect();
-	if (fd < 0)
-		return pvhint__fail(-EPERM, "%s; no pvhintd at %s (%s)", msg, daemon_path(),
-				    strerror(-fd));
+	if (fd < 0) {
+		snprintf(why, n, "no pvhintd at %s (%s)", daemon_path(), strerror(-fd));
+		return -EPERM;
+	}
 	struct dreq q = {.op = DMSG_HELLO};
 	struct drep r;
 	int fds[2] = {-1, -1};
@@ -337,8 +336,8 @@ static int daemon_attach(const char *why)
 			if (fds[i] >= 0)
 				close(fds[i]);
 		close(fd);
-		return pvhint__fail(err, "%s; pvhintd at %s: %s", msg, daemon_path(),
-				    strerror(-err));
+		snprintf(why, n, "pvhintd at %s: %s", daemon_path(), strerror(-err));
+		return err;
 	}
 	inst.page_fd = fds[0];
 	inst.len = r.len;
@@ -413,9 +412,22 @@ int pvhint__bpf_open(struct pvhint_impl *im, bool vcpu)
 	pthread_once(&once, atfork_once);
 	pthread_mutex_lock(&inst.mu);
 	if (!inst.ready) {
-		err = load();
-		if (err == -EPERM)
-			err = daemon_attach(pvhint_errmsg());
+		/*
+		 * pvhintd's instance first, privileged or not: attaching is a connect and two
+		 * descriptors, where a load of our own costs the kernel's verification of the
+		 * program (0.1-0.2 s of CPU) in every process, and runs one more program at every
+		 * context switch. Without a daemon, load; a process that may not load and has no
+		 * daemon gets both reasons.
+		 */
+		char why[160];
+		int derr = daemon_attach(why, sizeof(why));
+		err = derr ? load() : 0;
+		if (err == -EPERM) {
+			char
+			    msg[256]; /* the message is formatted into the buffer it is read from */
+			snprintf(msg, sizeof(msg), "%s", pvhint_errmsg());
+			err = pvhint__fail(derr, "%s; %s", msg, why);
+		}
 	}
 	if (!err && vcpu && inst.vpage_fd < 0)
 		err = pvhint__fail(-ENOTSUP, "bpf vcpu mode: %s", inst.vwhy);

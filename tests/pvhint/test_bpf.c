@@ -13,8 +13,9 @@
  *  - slot churn: 10k short-lived threads, each registered; slots are freed at thread exit;
  *  - pvhintd's protocol (pvhint_bpf_serve on a socket of group nogroup): an unprivileged process
  *    in that group gets the bpf source through it, read-only, with distinct slots for its
- *    threads, and cannot claim a slot for a thread not its own; one outside the group gets the
- *    one-line error and none under auto.
+ *    threads, and cannot claim a slot for a thread not its own; so does root, which could load
+ *    its own (a daemon that is there is used first); one outside the group gets the one-line
+ *    error and none under auto.
  * Exit 77 (skipped) where the source is unavailable: built without it, kernel without BTF, or
  * not privileged. `test_pvhint_bpf --usable` only answers whether it is (0 yes, 77 no), for the
  * tests that run other programs under PVRT_HINTS=bpf.
@@ -490,7 +491,7 @@ static void *slot_thread(void *p)
 	return NULL;
 }
 
-/* Run as nobody (exec'd by daemon()): use the source through the daemon. */
+/* Run as nobody or root (exec'd by daemon_test()): use the source through the daemon. */
 static int daemon_client(void)
 {
 	pvhint_t *u;
@@ -588,6 +589,8 @@ static void daemon_test(const char *argv0)
 	pthread_t t;
 	CHECK(!pthread_create(&t, NULL, serve_main, NULL));
 	run_as(argv0, "--daemon-client", 65534, 65534, sock);
+	/* Root too uses a daemon that is there rather than load a program of its own. */
+	run_as(argv0, "--daemon-client", 0, 0, sock);
 	run_as(argv0, "--daemon-outsider", 65533, 65533, sock);
 	__atomic_store_n(&serve_stop, 1, __ATOMIC_RELAXED); /* polled by the server */
 	void *r;

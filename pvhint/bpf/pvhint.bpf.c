@@ -175,26 +175,42 @@ static __always_inline __u32 cpu_idle(__u32 cpu)
 struct walk {
 	__u32 cpu;
 	__u32 idle;
+	__u32 base; /* walk_bit: the first slot of the word */
+	__u64 w;    /* walk_bit: the word's bits not yet visited, shifted to bit 0 */
 };
+
+/* bpf_loop callback: slot base + b, if its bit is set. A callback of its own, not a loop in
+ * walk_word: the verifier checks a callback once, a bounded loop once per iteration (64 times
+ * the body, with its branches: that made the switch program's verification cost most of a
+ * load, 0.1-0.3 s of CPU). */
+static long walk_bit(__u32 b, struct walk *x)
+{
+	__u64 w = x->w;
+
+	if (!w)
+		return 1;
+	x->w = w >> 1;
+	if (!(w & 1))
+		return 0;
+	__u32 s = x->base + b;
+	struct pvhint_bpf_slot *p = bpf_map_lookup_elem(&slots, &s);
+	struct pvhint_record *r = rec_of(s);
+	if (p && r && !p->running) /* a stale bit of a running thread: leave it 0 */
+		r->is_idle = (__u8)x->idle;
+	return 0;
+}
 
 /* bpf_loop callback: rewrite is_idle of the slots waiting on one CPU, one bitmap word. */
 static long walk_word(__u32 i, struct walk *x)
 {
 	struct pvhint_bpf_cpu *c = bpf_map_lookup_elem(&cpus, &x->cpu);
-	__u64 w;
 
 	if (!c || i >= PVHINT_BPF_WORDS)
 		return 1;
-	w = c->waiting[i];
-	for (int b = 0; b < 64 && w; b++, w >>= 1) {
-		if (!(w & 1))
-			continue;
-		__u32 s = i * 64 + b;
-		struct pvhint_bpf_slot *p = bpf_map_lookup_elem(&slots, &s);
-		struct pvhint_record *r = rec_of(s);
-		if (p && r && !p->running) /* a stale bit of a running thread: leave it 0 */
-			r->is_idle = (__u8)x->idle;
-	}
+	x->w = c->waiting[i];
+	x->base = i * 64;
+	if (x->w)
+		bpf_loop(64, walk_bit, x, 0);
 	return 0;
 }
 

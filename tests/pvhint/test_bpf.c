@@ -5,6 +5,8 @@
  *    while the flag stays set and the record's version is unchanged (no switch-in in between),
  *    and /proc says it is runnable (R);
  *  - a running thread never reads itself preempted or sleeping;
+ *  - a sleeping thread's is_idle is 0 while another thread runs on its CPU (the walk of the
+ *    CPU's waiting slots when it stops idling);
  *  - steal follows the kernel's own run_delay (schedstat);
  *  - the page cannot be written: not through the mapping (SIGSEGV), not by mprotect, mmap with
  *    PROT_WRITE or a bpf(2) update of the map;
@@ -344,6 +346,97 @@ static int cmp_u64(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
+/* ---- is_idle of a sleeping thread follows its CPU (the program's walk at idle changes) ---- */
+
+static int idle_pipe[2];
+static volatile int idle_slot;
+
+static void pin_to(int cpu)
+{
+	cpu_set_t one;
+	CPU_ZERO(&one);
+	CPU_SET(cpu, &one);
+	CHECK(!sched_setaffinity(0, sizeof(one), &one));
+}
+
+static void *idle_sleeper(void *arg)
+{
+	pin_to((int)(intptr_t)arg);
+	idle_slot = pvhint_self_vcpu();
+	char c;
+	CHECK(read(idle_pipe[0], &c, 1) == 1); /* asleep here until the end */
+	return NULL;
+}
+
+/* A running thread on the sleeper's CPU: what it reads of the sleeper's is_idle. */
+struct idle_spin {
+	int cpu;
+	uint64_t reads, ones;
+};
+
+static void *idle_spinner(void *arg)
+{
+	struct idle_spin *x = arg;
+	pin_to(x->cpu);
+	/* Running here, so this CPU is not idle: once the switch to us was seen (the version
+	 * of our own record moved), the sleeper's is_idle must read 0. */
+	const struct pvhint_record *me = &h->rec[pvhint_self_vcpu()];
+	uint32_t v = __atomic_load_n(&me->version, __ATOMIC_ACQUIRE);
+	while (__atomic_load_n(&me->version, __ATOMIC_ACQUIRE) == v)
+		sched_yield(); /* until a switch-in of ours is recorded */
+	uint64_t t0 = os_now_ns();
+	while (os_now_ns() - t0 < 200000000ull) {
+		x->reads++;
+		x->ones += __atomic_load_n(&h->rec[idle_slot].is_idle, __ATOMIC_RELAXED) != 0;
+	}
+	return NULL;
+}
+
+static void idle_walk(void)
+{
+	int ncpu = (int)sysconf(_SC_NPROCESSORS_ONLN), cpu = ncpu - 1;
+	if (ncpu < 2) {
+		printf("is_idle walk: skipped (needs a second CPU)\n");
+		return;
+	}
+	pin_to(0); /* the observer stays off the sleeper's CPU */
+	CHECK(!pipe(idle_pipe));
+	idle_slot = 0;
+	pthread_t s;
+	CHECK(!pthread_create(&s, NULL, idle_sleeper, (void *)(intptr_t)cpu));
+	while (!__atomic_load_n(&idle_slot, __ATOMIC_ACQUIRE))
+		test_sleep_us(1000);
+	const struct pvhint_record *r = &h->rec[idle_slot];
+	/* The sleeper's CPU going idle sets it (only if that CPU gets idle at all: another
+	 * program may keep it busy, then this half is not checked). */
+	uint64_t t0 = os_now_ns();
+	bool seen_idle = false;
+	while (!seen_idle && os_now_ns() - t0 < 3000000000ull) {
+		seen_idle = __atomic_load_n(&r->sleeping, __ATOMIC_RELAXED) &&
+			    __atomic_load_n(&r->is_idle, __ATOMIC_RELAXED);
+		test_sleep_us(1000);
+	}
+	struct idle_spin x = {.cpu = cpu};
+	pthread_t t;
+	CHECK(!pthread_create(&t, NULL, idle_spinner, &x));
+	CHECK(!pthread_join(t, NULL));
+	printf("is_idle walk: CPU %d idle seen: %s; a thread running there read the sleeper's "
+	       "is_idle 1 in %llu of %llu reads\n",
+	       cpu, seen_idle ? "yes" : "no (busy: not checked)", (unsigned long long)x.ones,
+	       (unsigned long long)x.reads);
+	CHECK(x.reads > 0);
+	CHECK_EQ(x.ones, 0);
+	CHECK(write(idle_pipe[1], "x", 1) == 1);
+	CHECK(!pthread_join(s, NULL));
+	close(idle_pipe[0]);
+	close(idle_pipe[1]);
+	cpu_set_t all;
+	CPU_ZERO(&all);
+	for (int c = 0; c < ncpu; c++)
+		CPU_SET(c, &all);
+	CHECK(!sched_setaffinity(0, sizeof(all), &all));
+}
+
 /* Flag latency (reported, not asserted: a timing): an observer spinning on another CPU sees a
  * thread's flag go up; the thread's last user-mode timestamp bounds when it stopped running. */
 static void flag_latency(void)
@@ -640,6 +733,7 @@ int main(int argc, char **argv)
 	oversubscribed();
 	steal_vs_schedstat();
 	flag_latency();
+	idle_walk();
 	churn();
 	vcpu_mode();
 	daemon_test(argv[0]);

@@ -187,17 +187,9 @@ static int load(void)
 		err = pvhint__fail(-errno, "bpf: cannot open the program: %s", strerror(errno));
 		goto out;
 	}
-	uint64_t orq, ost;
 	inst.vwhy[0] = 0;
-	if (percpu_offsets(&orq, &ost))
-		snprintf(inst.vwhy, sizeof(inst.vwhy),
-			 "the kernel's BTF has no per-CPU steal_time (not a KVM guest kernel)");
-	else if (ncpu > (int)PVHINT_BPF_MAXCPU)
+	if (ncpu > (int)PVHINT_BPF_MAXCPU)
 		snprintf(inst.vwhy, sizeof(inst.vwhy), "more than %u CPUs", PVHINT_BPF_MAXCPU);
-	if (!inst.vwhy[0]) {
-		s->rodata->off_rq = orq;
-		s->rodata->off_st = ost;
-	}
 	s->rodata->nr_cpus = (uint32_t)ncpu;
 	err = bpf_map__set_max_entries(s->maps.cpus, (uint32_t)ncpu);
 	if (!err)
@@ -315,6 +307,29 @@ static int daemon_call(int fd, const struct dreq *q, struct drep *r, int fds[2])
 	return 0;
 }
 
+/*
+ * vCPU mode on a program loaded here: give it the per-CPU offsets (inst.mu held). Done at the
+ * first vCPU-mode open, not at the load: it parses the kernel's BTF again (libbpf's parse for
+ * CO-RE is not shared), 20-60 ms on this machine kind, which thread mode does not need.
+ * pvhintd's clients get the daemon's page, enabled by the daemon.
+ */
+static int vcpu_enable(void)
+{
+	uint64_t orq, ost;
+	if (!inst.skel || inst.vpage_fd < 0 || inst.skel->bss->off_st)
+		return 0;
+	if (percpu_offsets(&orq, &ost)) {
+		snprintf(inst.vwhy, sizeof(inst.vwhy),
+			 "the kernel's BTF has no per-CPU steal_time (not a KVM guest kernel)");
+		inst.vpage_fd = -1; /* the map stays with the skeleton */
+		return -ENOTSUP;
+	}
+	/* The program uses them once it reads both non-zero (each is stored once). */
+	__atomic_store_n(&inst.skel->bss->off_rq, orq, __ATOMIC_RELAXED);
+	__atomic_store_n(&inst.skel->bss->off_st, ost, __ATOMIC_RELAXED);
+	return 0;
+}
+
 /* Attach to pvhintd's instance (inst.mu held). On failure, why (n bytes) says what failed. */
 static int daemon_attach(char *why, size_t n)
 {
@@ -429,6 +444,8 @@ int pvhint__bpf_open(struct pvhint_impl *im, bool vcpu)
 			err = pvhint__fail(derr, "%s; %s", msg, why);
 		}
 	}
+	if (!err && vcpu)
+		vcpu_enable();
 	if (!err && vcpu && inst.vpage_fd < 0)
 		err = pvhint__fail(-ENOTSUP, "bpf vcpu mode: %s", inst.vwhy);
 	if (!err) {
@@ -560,6 +577,8 @@ int pvhint_bpf_serve(int listen_fd, volatile int *stop)
 {
 	pthread_mutex_lock(&inst.mu);
 	int err = inst.skel ? 0 : load();
+	if (!err)
+		vcpu_enable(); /* the clients' vCPU page; without it they get the reason */
 	pthread_mutex_unlock(&inst.mu);
 	if (err)
 		return err;

@@ -290,7 +290,10 @@ static __always_inline void switch_in(__u32 s, int tid, __u32 cpu, __u64 now)
  * switch; any switch then copies every known vCPU's record into vpage (kind VCPU), at most every
  * PVHINT_BPF_REFRESH_NS.
  */
-const volatile __u64 off_rq, off_st; /* 0: vCPU mode off */
+/* Set by the loader when vCPU mode is first opened: 0 until then,
+ * and the refresh costs nothing. Globals, not read-only data: set after the load, so that a
+ * process that never opens vCPU mode never parses the kernel's BTF for them. */
+__u64 off_rq, off_st;
 const volatile __u32 nr_cpus = 1;
 __u64 st_addr[PVHINT_BPF_MAXCPU];
 __u64 last_refresh;
@@ -326,13 +329,17 @@ static long copy_vcpu(__u32 c, void *unused)
 
 static __always_inline void vcpu_refresh(struct task_struct *next, __u32 cpu, __u64 now)
 {
-	if (!off_st || cpu >= PVHINT_BPF_MAXCPU)
+	/* Each goes from 0 to its value once: with both non-zero both are right, whatever order
+	 * the loads were done in (BPF has no acquire load before v4). */
+	__u64 ost = *(volatile __u64 *)&off_st, orq = *(volatile __u64 *)&off_rq;
+
+	if (!ost || !orq || cpu >= PVHINT_BPF_MAXCPU)
 		return;
 	if (!st_addr[cpu] && bpf_core_field_exists(next->se.cfs_rq)) {
 		struct cfs_rq *cr = BPF_CORE_READ(next, se.cfs_rq);
 		struct rq *rq = cr && bpf_core_field_exists(cr->rq) ? BPF_CORE_READ(cr, rq) : NULL;
 		if (rq && BPF_CORE_READ(rq, cpu) == (int)cpu)
-			st_addr[cpu] = (__u64)rq - off_rq + off_st;
+			st_addr[cpu] = (__u64)rq - orq + ost;
 	}
 	__u64 last = last_refresh;
 	if (now - last < PVHINT_BPF_REFRESH_NS ||

@@ -18,6 +18,7 @@
 #include <pvrt/lockstat.h>
 #include <pvrt/mutex.h>
 #include <pvrt/pvhint.h>
+#include <pvrt/spinlock.h>
 
 #include "pvrt_os.h"
 
@@ -37,10 +38,13 @@ enum lw_kind {
 	LW_SPIN,
 	LW_TICKET,
 	LW_MCS,
+	LW_PVRT_SPIN,	      /* pvrt_spinlock: spins only while the owner's vCPU runs */
+	LW_PVRT_SPIN_NOHINTS, /* the same on source none (its blind budget, then yield) */
 	LW_NKINDS
 };
 static const char *const lw_names[LW_NKINDS] = {
-    "pvrt", "pvrt_nohints", "glibc", "glibc_adaptive", "pthread_spin", "ticket", "mcs"};
+    "pvrt",   "pvrt_nohints", "glibc",	   "glibc_adaptive",   "pthread_spin",
+    "ticket", "mcs",	      "pvrt_spin", "pvrt_spin_nohints"};
 
 /* ---- ticket lock (baseline): FIFO, everyone spins on 'serving' ---- */
 struct lw_ticket {
@@ -147,6 +151,7 @@ struct lw_shared {
 	pvrt_mutex_t pm;
 	pthread_mutex_t gm;
 	pthread_spinlock_t sl;
+	pvrt_spinlock_t ps;
 	struct lw_ticket tk;
 	struct lw_mcs mcs;
 	uint64_t shared_counter;
@@ -206,6 +211,10 @@ static inline __attribute__((always_inline)) uint64_t lw_loop(struct lw_shared *
 		case LW_MCS:
 			lw_mcs_lock(&s->mcs, &node);
 			break;
+		case LW_PVRT_SPIN:
+		case LW_PVRT_SPIN_NOHINTS:
+			pvrt_spin_lock(&s->ps);
+			break;
 		default:
 			break;
 		}
@@ -230,6 +239,10 @@ static inline __attribute__((always_inline)) uint64_t lw_loop(struct lw_shared *
 			break;
 		case LW_MCS:
 			lw_mcs_unlock(&s->mcs, &node);
+			break;
+		case LW_PVRT_SPIN:
+		case LW_PVRT_SPIN_NOHINTS:
+			pvrt_spin_unlock(&s->ps);
 			break;
 		default:
 			break;
@@ -325,8 +338,10 @@ static inline int lw_run(const struct lw_config *c, struct lw_result *out)
 		if (pvhint_open(&o, &none))
 			none = NULL;
 	}
-	pvrt_locks_set_hints(c->kind == LW_PVRT_NOHINTS ? none : NULL);
+	pvrt_locks_set_hints(c->kind == LW_PVRT_NOHINTS || c->kind == LW_PVRT_SPIN_NOHINTS ? none
+											   : NULL);
 	pvrt_mutex_init(&s->pm, PVRT_MUTEX_NORMAL);
+	pvrt_spin_init(&s->ps);
 	pthread_mutexattr_t ma;
 	pthread_mutexattr_init(&ma);
 	if (c->kind == LW_GLIBC_ADAPTIVE)

@@ -42,7 +42,8 @@ done
 python3 - "$tmp" $levels <<'PY'
 import glob, json, sys, statistics
 tmp, levels = sys.argv[1], sys.argv[2:]
-kinds = ["pvrt", "pvrt_nohints", "glibc", "glibc_adaptive", "pthread_spin", "ticket", "mcs"]
+kinds = ["pvrt", "pvrt_nohints", "glibc", "glibc_adaptive", "pthread_spin", "ticket", "mcs",
+         "pvrt_spin", "pvrt_spin_nohints"]
 def ratio_cell(rs):
     # median of the per-round ratios and their range: both sides of a ratio ran in one round
     if not rs:

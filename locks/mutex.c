@@ -30,47 +30,19 @@
 #include <pvrt/mutex.h>
 
 #include "lk.h"
+#include "mutex_fast.h"
 #include "spinq.h"
 
 #include <errno.h>
 #include <pthread.h>
 #include <stdbool.h>
 
-#define LOCKED	PVRT_MUTEX_LOCKED
-#define WAITERS PVRT_MUTEX_WAITERS
-#define HANDOFF PVRT_MUTEX_HANDOFF
-#define GRANT	0x80000000u /* in 'handoff': target tid | GRANT = the lock is yours */
-#define C	PVRT_LOCK_MUTEX
+#define GRANT 0x80000000u /* in 'handoff': target tid | GRANT = the lock is yours */
+#define C     PVRT_LOCK_MUTEX
 
 static inline bool is_target(uint32_t h)
 {
 	return h != 0 && !(h & GRANT);
-}
-
-static inline int mtype(const pvrt_mutex_t *m)
-{
-	/* Relaxed: the type is written by init before the mutex is shared. */
-	return __atomic_load_n(&m->kind, __ATOMIC_RELAXED) & 3;
-}
-
-/* vCPU + 1 as the 16-bit fields keep it: 0 (unknown) beyond their range. */
-static inline uint16_t vcpu16(uint32_t v1)
-{
-	return v1 <= UINT16_MAX ? (uint16_t)v1 : 0;
-}
-
-static inline void publish_owner(pvrt_mutex_t *m, int tid, struct pvrt_ult *u)
-{
-	/* Relaxed: other threads read owner, owner_vcpu and owner_ult only as hints (spinners),
-	 * and the owner checks of recursive/errorcheck mutexes compare with the reader's own tid,
-	 * which only the reader itself stores. */
-	__atomic_store_n(&m->owner, tid, __ATOMIC_RELAXED);
-	__atomic_store_n(&m->owner_vcpu, vcpu16(lk_self_vcpu1(u)), __ATOMIC_RELAXED);
-	/* A thread finds it NULL (only ULT owners set it, and they clear it): leave it alone. In
-	 * an array of structures that embed a mutex (48-byte cells) it is often on the next
-	 * cache line, shared with a neighbour's lock: a store would move that line too. */
-	if (u || __atomic_load_n(&m->owner_ult, __ATOMIC_RELAXED))
-		__atomic_store_n(&m->owner_ult, (void *)u, __ATOMIC_RELAXED);
 }
 
 int pvrt_mutex_init(pvrt_mutex_t *m, int type)
@@ -498,7 +470,7 @@ static int lock_slow(pvrt_mutex_t *m, clockid_t clk, const struct timespec *abs,
 }
 
 /* Free the word and, if the freeing raced with a hand-off registration, cancel it. */
-static void release_slow(pvrt_mutex_t *m)
+void lk_mutex_release_slow(pvrt_mutex_t *m)
 {
 	pvhint_t *hints = NULL;
 	for (;;) {
@@ -544,23 +516,6 @@ static void release_slow(pvrt_mutex_t *m)
 	}
 }
 
-static inline void release(pvrt_mutex_t *m)
-{
-	uint32_t w = LOCKED;
-	/* Release: our critical section happens-before the next owner's. */
-	if (lk_unlikely(!__atomic_compare_exchange_n(&m->word, &w, 0, false, __ATOMIC_RELEASE,
-						     __ATOMIC_RELAXED)))
-		release_slow(m);
-}
-
-static inline bool try_fast(pvrt_mutex_t *m)
-{
-	uint32_t z = 0;
-	/* Acquire: the previous owner's critical section happens-before ours. */
-	return __atomic_compare_exchange_n(&m->word, &z, LOCKED, false, __ATOMIC_ACQUIRE,
-					   __ATOMIC_RELAXED);
-}
-
 static int lock_common(pvrt_mutex_t *m, clockid_t clk, const struct timespec *abs, bool timed)
 {
 	int type = mtype(m);
@@ -589,17 +544,14 @@ static int lock_common(pvrt_mutex_t *m, clockid_t clk, const struct timespec *ab
 	return 0;
 }
 
+int lk_mutex_lock_slow(pvrt_mutex_t *m)
+{
+	return lock_common(m, CLOCK_MONOTONIC, NULL, false);
+}
+
 int pvrt_mutex_lock(pvrt_mutex_t *m)
 {
-	/* Fast path for the common type, kept small (no spilled registers). */
-	int type = mtype(m);
-	if (lk_likely(type == PVRT_MUTEX_NORMAL || type == PVRT_MUTEX_ADAPTIVE) && try_fast(m)) {
-		struct pvrt_ult *u = lk_self_ult();
-		publish_owner(m, lk_self_id(u), u);
-		lk_stat(C, LK_ACQ);
-		return 0;
-	}
-	return lock_common(m, CLOCK_MONOTONIC, NULL, false);
+	return lk_mutex_lock(m);
 }
 
 int pvrt_mutex_timedlock(pvrt_mutex_t *m, clockid_t clk, const struct timespec *abstime)
@@ -639,20 +591,13 @@ int pvrt_mutex_trylock(pvrt_mutex_t *m)
 
 int pvrt_mutex_unlock(pvrt_mutex_t *m)
 {
-	int type = mtype(m);
-	if (type == PVRT_MUTEX_RECURSIVE || type == PVRT_MUTEX_ERRORCHECK) {
-		if (__atomic_load_n(&m->owner, __ATOMIC_RELAXED) != lk_self_id(lk_self_ult()) ||
-		    !(__atomic_load_n(&m->word, __ATOMIC_RELAXED) & LOCKED))
-			return -EPERM;
-		if (type == PVRT_MUTEX_RECURSIVE && --m->count != 0)
-			return 0;
-	}
-	__atomic_store_n(&m->owner, 0, __ATOMIC_RELAXED);
-	/* A spinner between the next owner's CAS and its publish_owner() must not take us (who
-	 * may exit, and whose descriptor finalize frees) for the owner to yield to. (Only stored
-	 * when set: see publish_owner.) */
-	if (__atomic_load_n(&m->owner_ult, __ATOMIC_RELAXED))
-		__atomic_store_n(&m->owner_ult, NULL, __ATOMIC_RELAXED);
-	release(m);
-	return 0;
+	if (lk_likely(mtype_plain(m)))
+		return lk_mutex_unlock_plain(m);
+	/* Recursive or errorcheck: only the owner may unlock. */
+	if (__atomic_load_n(&m->owner, __ATOMIC_RELAXED) != lk_self_id(lk_self_ult()) ||
+	    !(__atomic_load_n(&m->word, __ATOMIC_RELAXED) & LOCKED))
+		return -EPERM;
+	if (mtype(m) == PVRT_MUTEX_RECURSIVE && --m->count != 0)
+		return 0;
+	return lk_mutex_unlock_plain(m);
 }

@@ -36,6 +36,7 @@
 
 #include "lk.h"
 #include "lk_cond.h"
+#include "mutex_fast.h"
 
 #include <dlfcn.h>
 #include <link.h>
@@ -171,7 +172,7 @@ EXPORT int pthread_mutex_lock(pthread_mutex_t *m)
 {
 	if (mutex_foreign(m))
 		return CALL_REAL(pthread_mutex_lock, m);
-	return -pvrt_mutex_lock(PM(m));
+	return -lk_mutex_lock(PM(m)); /* inline: mutex_fast.h */
 }
 
 EXPORT int pthread_mutex_trylock(pthread_mutex_t *m)
@@ -199,6 +200,8 @@ EXPORT int pthread_mutex_unlock(pthread_mutex_t *m)
 {
 	if (mutex_foreign(m))
 		return CALL_REAL(pthread_mutex_unlock, m);
+	if (lk_likely(mtype_plain(PM(m))))
+		return -lk_mutex_unlock_plain(PM(m)); /* inline: mutex_fast.h */
 	return -pvrt_mutex_unlock(PM(m));
 }
 

@@ -268,6 +268,11 @@ static int daemon_connect(void)
 	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return -errno;
+	/* A daemon that accepts and does not answer (stopped, stuck) must not hang us: every
+	 * process tries the daemon first (pvhint__bpf_open). Its replies take microseconds. */
+	struct timeval tmo = {.tv_sec = 2};
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tmo, sizeof(tmo));
+	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tmo, sizeof(tmo));
 	if (connect(fd, (struct sockaddr *)&a, sizeof(a))) {
 		int e = -errno;
 		close(fd);

@@ -17,7 +17,7 @@
  *    in that group gets the bpf source through it, read-only, with distinct slots for its
  *    threads, and cannot claim a slot for a thread not its own; so does root, which could load
  *    its own (a daemon that is there is used first); one outside the group gets the one-line
- *    error and none under auto.
+ *    error and none under auto; a socket that never answers costs a client 2 s, not a hang.
  * Exit 77 (skipped) where the source is unavailable: built without it, kernel without BTF, or
  * not privileged. `test_pvhint_bpf --usable` only answers whether it is (0 yes, 77 no), for the
  * tests that run other programs under PVRT_HINTS=bpf.
@@ -626,6 +626,21 @@ static int daemon_client(void)
 	return 0;
 }
 
+/* Root, with a socket that takes connections and never answers: the open does not hang, it
+ * gives up on the daemon and loads the program itself. */
+static int daemon_silent(void)
+{
+	pvhint_t *u;
+	uint64_t t0 = os_now_ns();
+	int err = pvhint_open(&(struct pvhint_options){.source = "bpf"}, &u);
+	printf("silent daemon: %d after %.1f s\n", err, (os_now_ns() - t0) / 1e9);
+	CHECK_EQ(err, 0);
+	struct pvhint_bpf_stats st;
+	CHECK_EQ(pvhint_bpf_stats(u, &st), 0); /* our own program, not a daemon's */
+	pvhint_close(u);
+	return 0;
+}
+
 /* Run as a user outside the socket's group: the error, and none under auto. */
 static int daemon_outsider(void)
 {
@@ -691,6 +706,12 @@ static void daemon_test(const char *argv0)
 	CHECK_EQ((intptr_t)r, 0);
 	close(serve_fd);
 	unlink(sock);
+	/* A socket nobody serves (listening, never accepted): clients time out and load. */
+	int silent = socket(AF_UNIX, SOCK_SEQPACKET, 0);
+	CHECK(silent >= 0 && !bind(silent, (struct sockaddr *)&a, sizeof(a)) && !listen(silent, 8));
+	run_as(argv0, "--daemon-silent", 0, 0, sock);
+	close(silent);
+	unlink(sock);
 	rmdir(dir);
 	printf("pvhintd protocol ok\n");
 }
@@ -703,6 +724,8 @@ int main(int argc, char **argv)
 		return daemon_client();
 	if (argc > 1 && !strcmp(argv[1], "--daemon-outsider"))
 		return daemon_outsider();
+	if (argc > 1 && !strcmp(argv[1], "--daemon-silent"))
+		return daemon_silent();
 
 	if (argc > 1 && !strcmp(argv[1], "--usable")) {
 		err = pvhint_open(&(struct pvhint_options){.source = "bpf"}, &h);

@@ -47,10 +47,13 @@ static inline void publish_owner(pvrt_mutex_t *m, int tid, struct pvrt_ult *u)
 	 * which only the reader itself stores. */
 	__atomic_store_n(&m->owner, tid, __ATOMIC_RELAXED);
 	__atomic_store_n(&m->owner_vcpu, vcpu16(lk_self_vcpu1(u)), __ATOMIC_RELAXED);
-	/* A thread finds it NULL (only ULT owners set it, and they clear it): leave it alone. In
-	 * an array of structures that embed a mutex (48-byte cells) it is often on the next
-	 * cache line, shared with a neighbour's lock: a store would move that line too. */
-	if (u || __atomic_load_n(&m->owner_ult, __ATOMIC_RELAXED))
+	/* Only ULT owners set it, and they clear it at unlock: a thread neither stores nor reads
+	 * it. In an array of structures that embed a mutex (48-byte cells, as PARSEC's) it is
+	 * often on the next cache line, the neighbour's, which another thread writes: even a
+	 * load there costs a coherence miss per acquisition (parsec_fluidanimate). (A ULT's lock
+	 * unlocked by a plain thread leaves it set: a stale hint for a ULT spinner's yield-to,
+	 * which checks the ULT it names; descriptors are type-stable.) */
+	if (u)
 		__atomic_store_n(&m->owner_ult, (void *)u, __ATOMIC_RELAXED);
 }
 
@@ -88,9 +91,8 @@ static inline int lk_mutex_unlock_plain(pvrt_mutex_t *m)
 {
 	__atomic_store_n(&m->owner, 0, __ATOMIC_RELAXED);
 	/* A spinner between the next owner's CAS and its publish_owner() must not take us (who
-	 * may exit, and whose descriptor finalize frees) for the owner to yield to. (Only stored
-	 * when set: see publish_owner.) */
-	if (__atomic_load_n(&m->owner_ult, __ATOMIC_RELAXED))
+	 * may exit) for the owner to yield to. Only a ULT owner set it (publish_owner). */
+	if (lk_self_ult())
 		__atomic_store_n(&m->owner_ult, NULL, __ATOMIC_RELAXED);
 	release(m);
 	return 0;

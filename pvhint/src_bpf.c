@@ -335,6 +335,42 @@ static int vcpu_enable(void)
 	return 0;
 }
 
+/*
+ * A page pvhintd sent, before and after it is mapped. The daemon is trusted as far as its
+ * socket's path is, but a page that is not one must be an error, not a crash: a descriptor of
+ * a regular file (a memfd) must hold the whole length (reading past its end is SIGBUS), and
+ * the header must describe records that fit the mapping, with this source and kind (the
+ * page validator of the kvm source, tests/fuzz).
+ */
+static int daemon_page_check(int fd, size_t len, bool vcpu, char *why, size_t n)
+{
+	struct stat st;
+	/* bpf maps are anonymous inodes (no file type); a file must cover the mapping. */
+	if (!len || fstat(fd, &st) ||
+	    ((st.st_mode & S_IFMT) && (!S_ISREG(st.st_mode) || (uint64_t)st.st_size < len))) {
+		snprintf(why, n, "pvhintd at %s sent a descriptor that is not its page",
+			 daemon_path());
+		return -EPROTO;
+	}
+	void *p = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0);
+	if (p == MAP_FAILED) {
+		snprintf(why, n, "pvhintd at %s: its page cannot be mapped: %s", daemon_path(),
+			 strerror(errno));
+		return -EPROTO;
+	}
+	const struct pvhint_header *h = p;
+	size_t need, pg = (size_t)sysconf(_SC_PAGESIZE);
+	int err = pvhint__page_check(h, "pvhintd's page", pg, false, 0, &need) ? -EPROTO : 0;
+	if (!err && (need > len || h->source != PVHINT_SOURCE_BPF ||
+		     h->kind != (vcpu ? PVHINT_KIND_VCPU : PVHINT_KIND_THREAD)))
+		err = -EPROTO;
+	munmap(p, len);
+	if (err)
+		snprintf(why, n, "pvhintd at %s sent a page that is not a bpf hint page",
+			 daemon_path());
+	return err;
+}
+
 /* Attach to pvhintd's instance (inst.mu held). On failure, why (n bytes) says what failed. */
 static int daemon_attach(char *why, size_t n)
 {
@@ -351,12 +387,15 @@ static int daemon_attach(char *why, size_t n)
 		err = r.status;
 	if (!err && (fds[0] < 0 || (r.vlen && fds[1] < 0)))
 		err = -EPROTO;
+	if (err)
+		snprintf(why, n, "pvhintd at %s: %s", daemon_path(), strerror(-err));
+	else if (!(err = daemon_page_check(fds[0], r.len, false, why, n)) && r.vlen)
+		err = daemon_page_check(fds[1], r.vlen, true, why, n);
 	if (err) {
 		for (int i = 0; i < 2; i++)
 			if (fds[i] >= 0)
 				close(fds[i]);
 		close(fd);
-		snprintf(why, n, "pvhintd at %s: %s", daemon_path(), strerror(-err));
 		return err;
 	}
 	inst.page_fd = fds[0];

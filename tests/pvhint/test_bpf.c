@@ -17,7 +17,8 @@
  *    in that group gets the bpf source through it, read-only, with distinct slots for its
  *    threads, and cannot claim a slot for a thread not its own; so does root, which could load
  *    its own (a daemon that is there is used first); one outside the group gets the one-line
- *    error and none under auto; a socket that never answers costs a client 2 s, not a hang.
+ *    error and none under auto; a socket that never answers costs a client 2 s, not a hang;
+ *    a daemon that sends a short file or a page that is not one gives the error, not a crash.
  * Exit 77 (skipped) where the source is unavailable: built without it, kernel without BTF, or
  * not privileged. `test_pvhint_bpf --usable` only answers whether it is (0 yes, 77 no), for the
  * tests that run other programs under PVRT_HINTS=bpf.
@@ -641,6 +642,62 @@ static int daemon_silent(void)
 	return 0;
 }
 
+/* Nobody, with a daemon that sends something else than its page: the error, not a crash. */
+static int daemon_bogus(void)
+{
+	pvhint_t *u;
+	int err = pvhint_open(&(struct pvhint_options){.source = "bpf"}, &u);
+	printf("bogus daemon: %d %s\n", err, pvhint_errmsg());
+	CHECK_EQ(err, -EPROTO);
+	CHECK(strstr(pvhint_errmsg(), "pvhintd") && strstr(pvhint_errmsg(), "page"));
+	CHECK(!pvhint_open(&(struct pvhint_options){.source = "auto"}, &u));
+	CHECK(!strcmp(pvhint_source_name(u), "none"));
+	return 0;
+}
+
+/* A fake pvhintd: answers every hello on 'fd' with a memfd of 'size' bytes of zeros as a page
+ * of 64 KiB, until the listening socket is shut down. */
+struct bogus {
+	int fd;
+	size_t size;
+};
+
+static void *bogus_main(void *arg)
+{
+	struct bogus *b = arg;
+	int c;
+	while ((c = accept(b->fd, NULL, NULL)) >= 0) {
+		uint32_t q[2];
+		if (recv(c, q, sizeof(q), 0) > 0) {
+			int m = memfd_create("bogus", MFD_CLOEXEC);
+			CHECK(m >= 0 && !ftruncate(m, (off_t)b->size));
+			struct {
+				int32_t status;
+				uint32_t len, vlen;
+				char why[120];
+			} r = {0, 65536, 0, ""};
+			union {
+				char buf[CMSG_SPACE(sizeof(int))];
+				struct cmsghdr align;
+			} cm;
+			struct iovec iov = {&r, sizeof(r)};
+			struct msghdr msg = {.msg_iov = &iov,
+					     .msg_iovlen = 1,
+					     .msg_control = cm.buf,
+					     .msg_controllen = sizeof(cm.buf)};
+			struct cmsghdr *h = CMSG_FIRSTHDR(&msg);
+			h->cmsg_level = SOL_SOCKET;
+			h->cmsg_type = SCM_RIGHTS;
+			h->cmsg_len = CMSG_LEN(sizeof(int));
+			memcpy(CMSG_DATA(h), &m, sizeof(int));
+			sendmsg(c, &msg, MSG_NOSIGNAL);
+			close(m);
+		}
+		close(c);
+	}
+	return NULL;
+}
+
 /* Run as a user outside the socket's group: the error, and none under auto. */
 static int daemon_outsider(void)
 {
@@ -712,6 +769,19 @@ static void daemon_test(const char *argv0)
 	run_as(argv0, "--daemon-silent", 0, 0, sock);
 	close(silent);
 	unlink(sock);
+	/* A daemon that sends a short file, then a full one that is not a hint page. */
+	for (int i = 0; i < 2; i++) {
+		struct bogus b = {socket(AF_UNIX, SOCK_SEQPACKET, 0), i ? 65536 : 4096};
+		CHECK(b.fd >= 0 && !bind(b.fd, (struct sockaddr *)&a, sizeof(a)) &&
+		      !listen(b.fd, 8) && !chmod(sock, 0666));
+		pthread_t bt;
+		CHECK(!pthread_create(&bt, NULL, bogus_main, &b));
+		run_as(argv0, "--daemon-bogus", 65534, 65534, sock);
+		shutdown(b.fd, SHUT_RDWR); /* ends accept() */
+		CHECK(!pthread_join(bt, NULL));
+		close(b.fd);
+		unlink(sock);
+	}
 	rmdir(dir);
 	printf("pvhintd protocol ok\n");
 }
@@ -726,6 +796,8 @@ int main(int argc, char **argv)
 		return daemon_outsider();
 	if (argc > 1 && !strcmp(argv[1], "--daemon-silent"))
 		return daemon_silent();
+	if (argc > 1 && !strcmp(argv[1], "--daemon-bogus"))
+		return daemon_bogus();
 
 	if (argc > 1 && !strcmp(argv[1], "--usable")) {
 		err = pvhint_open(&(struct pvhint_options){.source = "bpf"}, &h);

@@ -350,7 +350,7 @@ static int cmp_u64(const void *a, const void *b)
 /* ---- is_idle of a sleeping thread follows its CPU (the program's walk at idle changes) ---- */
 
 static int idle_pipe[2];
-static volatile int idle_slot;
+static int idle_slot;
 
 static void pin_to(int cpu)
 {
@@ -363,7 +363,8 @@ static void pin_to(int cpu)
 static void *idle_sleeper(void *arg)
 {
 	pin_to((int)(intptr_t)arg);
-	idle_slot = pvhint_self_vcpu();
+	/* Release: pairs with idle_walk's acquire load. */
+	__atomic_store_n(&idle_slot, pvhint_self_vcpu(), __ATOMIC_RELEASE);
 	char c;
 	CHECK(read(idle_pipe[0], &c, 1) == 1); /* asleep here until the end */
 	return NULL;
@@ -402,7 +403,7 @@ static void idle_walk(void)
 	}
 	pin_to(0); /* the observer stays off the sleeper's CPU */
 	CHECK(!pipe(idle_pipe));
-	idle_slot = 0;
+	__atomic_store_n(&idle_slot, 0, __ATOMIC_RELAXED);
 	pthread_t s;
 	CHECK(!pthread_create(&s, NULL, idle_sleeper, (void *)(intptr_t)cpu));
 	while (!__atomic_load_n(&idle_slot, __ATOMIC_ACQUIRE))

@@ -107,19 +107,29 @@ struct pvrt_ult {
 } PVRT_ALIGNED;
 
 /* ---- run queues ---- */
-#define PVRT_RING_SIZE 256u /* power of two */
+#define PVRT_RING_SIZE 256u /* first capacity (a power of two); the ring doubles when full */
+
+/* A ring's entries; 'prev' chains the buffers it outgrew (freed at finalize: a thief may still
+ * read one). */
+struct pvrt_ringbuf {
+	uint64_t mask; /* capacity - 1 */
+	struct pvrt_ringbuf *prev;
+	struct pvrt_ult *e[];
+};
 
 /*
  * The local queue: single producer (the owner), multiple consumers (the owner and thieves), FIFO.
  * Consumers CAS head; the owner publishes at tail. Entries may be stale (see ult.c: claim by
  * CAS on the ULT's state), which is why descriptors are type-stable (never returned to the
- * allocator while the runtime runs).
+ * allocator while the runtime runs). The owner doubles the buffer when it is full (as a
+ * Chase-Lev deque grows), so a burst of N creates never spills into the injection queue.
  */
 struct pvrt_ring {
 	uint64_t head PVRT_ALIGNED;
 	uint64_t tail PVRT_ALIGNED;
-	struct pvrt_ult *buf[PVRT_RING_SIZE];
+	struct pvrt_ringbuf *buf; /* atomic: the owner replaces it when it grows; NULL: none yet */
 };
+void pvrt_ring_fini(struct pvrt_ring *r) PVRT_HIDDEN;
 
 /* The remote injection queue: any thread enqueues (wait-free); consumers hold 'lock'. */
 struct pvrt_inject {
@@ -238,7 +248,8 @@ struct pvrt_rt {
 	uint64_t timer_slack; /* ns a timer may fire late, to share fires */
 	struct pvrt_ult *primary;
 	uint32_t stop;
-	uint32_t nlive PVRT_ALIGNED;	  /* ULTs other than the primary; futex word */
+	uint32_t nlive PVRT_ALIGNED; /* ULTs other than the primary; futex word */
+	uint32_t nlive_waiters;	     /* threads waiting for nlive to drop to 0 (exits wake them) */
 	uint32_t nparked PVRT_ALIGNED;	  /* workers with park_word == 1 */
 	uint32_t nsearching PVRT_ALIGNED; /* workers halt-polling */
 	uint64_t foreign_ids;
@@ -367,6 +378,8 @@ void pvrt_switch(struct pvrt_worker *w, struct pvrt_ctxrec *from, struct pvrt_ul
 void pvrt_after_switch(void) PVRT_HIDDEN;
 void pvrt_wake_worker(unsigned i) PVRT_HIDDEN;
 void pvrt_pool_fini(void) PVRT_HIDDEN;
+/* Wait until every ULT but the primary has exited (finalize, the M:N main thread's exit). */
+void pvrt_wait_nlive_zero(void) PVRT_HIDDEN;
 /* Free pooled stacks of w beyond PVRT_STACK_KEEP, and with global those of the global pool
  * (w's owner, about to park). */
 void pvrt_stacks_trim(struct pvrt_worker *w, bool global) PVRT_HIDDEN;

@@ -130,12 +130,7 @@ static void *entry(void *(*fn)(void *), void *arg)
  * unwound: worker 0's kernel thread must stay.) */
 __attribute__((noreturn)) static void primary_exit(void)
 {
-	for (;;) {
-		uint32_t n = __atomic_load_n(&pvrt_rt.nlive, __ATOMIC_ACQUIRE);
-		if (!n)
-			break;
-		rt_futex_wait(&pvrt_rt.nlive, n, CLOCK_MONOTONIC, NULL);
-	}
+	pvrt_wait_nlive_zero();
 	exit(0);
 }
 

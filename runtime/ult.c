@@ -115,7 +115,7 @@ static struct pvrt_ult *desc_get(struct pvrt_worker *w)
 		__atomic_fetch_sub(&pvrt_rt.nstacks, 1, __ATOMIC_RELAXED);
 	/* Refill the worker's pool in one go so the lock is rare. */
 	if (w) {
-		for (unsigned i = 0; i < PVRT_POOL_LOCAL / 2 && pvrt_rt.pool; i++) {
+		for (unsigned i = 0; i < PVRT_POOL_LOCAL && pvrt_rt.pool; i++) {
 			struct pvrt_ult *x = pvrt_rt.pool;
 			pvrt_rt.pool = x->qnext;
 			x->qnext = w->pool;
@@ -131,16 +131,50 @@ static struct pvrt_ult *desc_get(struct pvrt_worker *w)
 	return u;
 }
 
+/*
+ * The worker's pool reached twice its size: move the older half (with their stacks) to the
+ * global pool in one lock section, as Go moves Gs and stacks between a P's cache and the global
+ * one in batches. So a worker that frees many more descriptors than it takes (its ULTs were
+ * created elsewhere) takes the lock once per PVRT_POOL_LOCAL of them, and a batch of any size
+ * costs the same per ULT.
+ */
+static __attribute__((noinline)) void pool_spill(struct pvrt_worker *w)
+{
+	struct pvrt_ult *keep = w->pool, *last = keep;
+	unsigned ks = keep->stack != NULL;
+	for (unsigned i = 1; i < PVRT_POOL_LOCAL; i++) {
+		last = last->qnext;
+		ks += last->stack != NULL;
+	}
+	struct pvrt_ult *first = last->qnext, *end = first;
+	unsigned n = 1, ns = first->stack != NULL;
+	while (end->qnext) {
+		end = end->qnext;
+		n++;
+		ns += end->stack != NULL;
+	}
+	last->qnext = NULL;
+	w->npool -= n;
+	w->nstacks = ks;
+	pvrt_lock_acquire(&pvrt_rt.plock);
+	end->qnext = pvrt_rt.pool;
+	pvrt_rt.pool = first;
+	__atomic_fetch_add(&pvrt_rt.nstacks, ns, __ATOMIC_RELAXED);
+	pvrt_lock_release(&pvrt_rt.plock);
+}
+
 static void desc_put(struct pvrt_worker *w, struct pvrt_ult *u)
 {
 	/* Relaxed: a stale ring entry may read the state concurrently; any value but READY makes
 	 * its claim fail, and the next owner initialises the descriptor before it is published. */
 	__atomic_store_n(&u->state, ULT_FREE, __ATOMIC_RELAXED);
-	if (w && w->npool < PVRT_POOL_LOCAL) {
+	if (likely(w)) {
 		u->qnext = w->pool;
 		w->pool = u;
 		w->npool++;
 		w->nstacks += u->stack != NULL;
+		if (unlikely(w->npool >= 2 * PVRT_POOL_LOCAL))
+			pool_spill(w);
 		return;
 	}
 	pvrt_lock_acquire(&pvrt_rt.plock);
@@ -155,9 +189,27 @@ static void desc_put(struct pvrt_worker *w, struct pvrt_ult *u)
  * stack, and with per-ULT TLS the TCB on it, which names the thread until the reuse). */
 static void desc_unref(struct pvrt_worker *w, struct pvrt_ult *u)
 {
-	/* Acq_rel: the last dropper must see everything the other did with the descriptor. */
-	if (__atomic_sub_fetch(&u->refs, 1, __ATOMIC_ACQ_REL) == 0)
+	/* Acq_rel: the last dropper must see everything the other did with the descriptor. A
+	 * count of 1 is ours alone (references are only ever dropped): no read-modify-write then,
+	 * the acquire load pairs with the other dropper's release. */
+	if (__atomic_load_n(&u->refs, __ATOMIC_ACQUIRE) == 1 ||
+	    __atomic_sub_fetch(&u->refs, 1, __ATOMIC_ACQ_REL) == 0)
 		desc_put(w, u);
+}
+
+void pvrt_wait_nlive_zero(void)
+{
+	/* Announce the wait, then read the count, both seq_cst; an exit lowers the count, then
+	 * reads the announcement (seq_cst): one sees the other, so either we read 0 or the exit
+	 * that makes it 0 wakes us (the futex re-checks the count under its bucket lock). */
+	__atomic_fetch_add(&pvrt_rt.nlive_waiters, 1, __ATOMIC_SEQ_CST);
+	for (;;) {
+		uint32_t n = __atomic_load_n(&pvrt_rt.nlive, __ATOMIC_SEQ_CST);
+		if (!n)
+			break;
+		rt_futex_wait(&pvrt_rt.nlive, n, CLOCK_MONOTONIC, NULL);
+	}
+	__atomic_fetch_sub(&pvrt_rt.nlive_waiters, 1, __ATOMIC_RELAXED);
 }
 
 void pvrt_pool_fini(void)
@@ -314,23 +366,52 @@ static inline bool bound_elsewhere(const struct pvrt_ult *u, const struct pvrt_w
 
 /* ---------------------------------------------------------------- queues */
 
-/* Is there room for one more entry? Owner only; stays true until the owner pushes, since
- * consumers only ever move head forward. */
-static bool ring_room(struct pvrt_ring *r)
+/*
+ * Make room for one more entry (owner only): double the buffer when it is full. The new buffer
+ * gets the entries from head on and is published before any entry past the old capacity, so a
+ * consumer that read a tail (acquire) and then the buffer finds the entry it saw in either one:
+ * the old buffer is never written again. False only when the memory for a bigger one is missing.
+ * Stays true until the owner pushes, since consumers only ever move head forward.
+ */
+static bool ring_reserve(struct pvrt_ring *r)
 {
 	/* Acquire: a consumer read the slot we may reuse before its CAS moved head past it. */
 	uint64_t h = __atomic_load_n(&r->head, __ATOMIC_ACQUIRE);
-	return r->tail - h < PVRT_RING_SIZE; /* only the owner writes tail */
+	struct pvrt_ringbuf *b = __atomic_load_n(&r->buf, __ATOMIC_RELAXED); /* only we write it */
+	uint64_t t = r->tail; /* only the owner writes tail */
+	if (likely(b && t - h <= b->mask))
+		return true;
+	uint64_t cap = b ? 2 * (b->mask + 1) : PVRT_RING_SIZE;
+	struct pvrt_ringbuf *nb = pvrt_alloc(sizeof(*nb) + cap * sizeof(nb->e[0]));
+	if (!nb)
+		return false;
+	nb->mask = cap - 1;
+	nb->prev = b;
+	for (uint64_t i = h; b && i != t; i++)
+		nb->e[i & nb->mask] = __atomic_load_n(&b->e[i & b->mask], __ATOMIC_RELAXED);
+	/* Release: the copied entries are visible to whoever reads the new buffer. */
+	__atomic_store_n(&r->buf, nb, __ATOMIC_RELEASE);
+	return true;
 }
 
-/* Append u (owner only, after ring_room()). */
+/* Append u (owner only, after ring_reserve()). */
 static void ring_put(struct pvrt_ring *r, struct pvrt_ult *u)
 {
 	uint64_t t = r->tail;
-	__atomic_store_n(&r->buf[t & (PVRT_RING_SIZE - 1)], u, __ATOMIC_RELAXED);
+	struct pvrt_ringbuf *b = __atomic_load_n(&r->buf, __ATOMIC_RELAXED);
+	__atomic_store_n(&b->e[t & b->mask], u, __ATOMIC_RELAXED);
 	/* Release: publishes the slot (and the ULT's READY state and saved context) to consumers.
 	 */
 	__atomic_store_n(&r->tail, t + 1, __ATOMIC_RELEASE);
+}
+
+void pvrt_ring_fini(struct pvrt_ring *r)
+{
+	for (struct pvrt_ringbuf *b = r->buf, *p; b; b = p) {
+		p = b->prev;
+		pvrt_free(b, sizeof(*b) + (b->mask + 1) * sizeof(b->e[0]));
+	}
+	r->buf = NULL;
 }
 
 static inline bool ring_nonempty(const struct pvrt_ring *r)
@@ -344,12 +425,13 @@ static struct pvrt_ult *ring_pop(struct pvrt_ring *r)
 {
 	uint64_t h = __atomic_load_n(&r->head, __ATOMIC_RELAXED);
 	for (;;) {
-		/* Acquire pairs with ring_put's release of tail: the slot is written. */
+		/* Acquire pairs with ring_put's release of tail: the slot is written (and the
+		 * buffer that holds it published, see ring_reserve). */
 		uint64_t t = __atomic_load_n(&r->tail, __ATOMIC_ACQUIRE);
 		if ((int64_t)(t - h) <= 0)
 			return NULL;
-		struct pvrt_ult *u =
-		    __atomic_load_n(&r->buf[h & (PVRT_RING_SIZE - 1)], __ATOMIC_RELAXED);
+		struct pvrt_ringbuf *b = __atomic_load_n(&r->buf, __ATOMIC_ACQUIRE);
+		struct pvrt_ult *u = __atomic_load_n(&b->e[h & b->mask], __ATOMIC_RELAXED);
 		/*
 		 * The slot can only be overwritten after head moved past h, which makes this CAS
 		 * fail; so a successful CAS means u was the entry at h. Acq_rel: acquire orders
@@ -362,11 +444,24 @@ static struct pvrt_ult *ring_pop(struct pvrt_ring *r)
 	}
 }
 
-/* Pop entries until one can be claimed (READY->RUNNING). */
-static struct pvrt_ult *ring_take(struct pvrt_ring *r)
+/* The owner's pop when it is the only consumer (one worker: nobody steals), without the CAS. */
+static struct pvrt_ult *ring_pop_alone(struct pvrt_ring *r)
+{
+	uint64_t h = __atomic_load_n(&r->head, __ATOMIC_RELAXED);
+	if (r->tail == h) /* only the owner writes tail */
+		return NULL;
+	struct pvrt_ringbuf *b = __atomic_load_n(&r->buf, __ATOMIC_RELAXED);
+	struct pvrt_ult *u = __atomic_load_n(&b->e[h & b->mask], __ATOMIC_RELAXED);
+	__atomic_store_n(&r->head, h + 1, __ATOMIC_RELAXED);
+	return u;
+}
+
+/* Pop entries until one can be claimed (READY->RUNNING); alone: the caller is the owner and
+ * the only consumer. */
+static struct pvrt_ult *ring_take(struct pvrt_ring *r, bool alone)
 {
 	for (;;) {
-		struct pvrt_ult *u = ring_pop(r);
+		struct pvrt_ult *u = alone ? ring_pop_alone(r) : ring_pop(r);
 		if (!u)
 			return NULL;
 		uint32_t s = ULT_READY;
@@ -554,7 +649,7 @@ static void requeue(struct pvrt_worker *w, struct pvrt_ult *u)
 	 * Decide on the ring before publishing READY: a stale ring entry elsewhere may claim u the
 	 * moment it is READY, so a READY ULT must not then also go into an injection queue.
 	 */
-	if (!ring_room(&w->ring)) {
+	if (unlikely(!ring_reserve(&w->ring))) {
 		inject_push(w, u);
 		return;
 	}
@@ -564,10 +659,8 @@ static void requeue(struct pvrt_worker *w, struct pvrt_ult *u)
 	notify_idle(w);
 }
 
-void pvrt_ult_ready(struct pvrt_ult *u)
+static void ult_ready(struct pvrt_worker *w, struct pvrt_ult *u)
 {
-	PVRT_RT_SCOPE();
-	struct pvrt_worker *w = rt_tls_worker;
 	unsigned target;
 	int b = ult_bound(u);
 	if (b >= 0) {
@@ -582,6 +675,12 @@ void pvrt_ult_ready(struct pvrt_ult *u)
 		requeue(w, u);
 	else
 		inject_to(w, target, u);
+}
+
+void pvrt_ult_ready(struct pvrt_ult *u)
+{
+	PVRT_RT_SCOPE();
+	ult_ready(rt_tls_worker, u);
 }
 
 /* A claimed ULT found in the wrong place (bound elsewhere): send it home. */
@@ -601,7 +700,7 @@ struct pvrt_ult *pvrt_local_next(struct pvrt_worker *w)
 		if (unlikely((++w->inj_tick & 15) == 0))
 			u = inject_pop(w, false);
 		if (!u)
-			u = ring_take(&w->ring);
+			u = ring_take(&w->ring, pvrt_rt.nw == 1);
 		if (!u)
 			u = inject_pop(w, false);
 		if (!u)
@@ -624,7 +723,7 @@ struct pvrt_ult *pvrt_steal(struct pvrt_worker *w)
 		if ((unsigned)v == w->idx)
 			continue;
 		struct pvrt_worker *x = pvrt_rt.w[v];
-		struct pvrt_ult *u = ring_take(&x->ring);
+		struct pvrt_ult *u = ring_take(&x->ring, false);
 		if (!u)
 			u = inject_pop(x, true);
 		if (!u)
@@ -840,7 +939,10 @@ __attribute__((noreturn)) static void ult_exit(struct pvrt_ult *self, void *ret)
 	/* Release: the joiner's acquire load of 'join' sees ret. 2: someone waits. */
 	if (__atomic_exchange_n(&self->join, 1, __ATOMIC_ACQ_REL) == 2)
 		rt_futex_wake(&self->join, INT_MAX);
-	if (__atomic_sub_fetch(&pvrt_rt.nlive, 1, __ATOMIC_ACQ_REL) == 0)
+	/* Seq_cst, then the waiters' count: see pvrt_wait_nlive_zero. Nobody waits but finalize,
+	 * so the last exit of a batch does not go through the futex table. */
+	if (__atomic_sub_fetch(&pvrt_rt.nlive, 1, __ATOMIC_SEQ_CST) == 0 &&
+	    __atomic_load_n(&pvrt_rt.nlive_waiters, __ATOMIC_SEQ_CST))
 		rt_futex_wake(&pvrt_rt.nlive, INT_MAX);
 	struct pvrt_worker *w = pvrt_worker_cur();
 	struct pvrt_ult *next = pick_next(w);
@@ -899,6 +1001,59 @@ struct pvrt_ult *pvrt_primary_alloc(void)
 	return desc_get(NULL);
 }
 
+/* The attributes of a create, checked; 0 or a negative errno (message set). Not inlined: the
+ * common create has none. */
+static __attribute__((noinline)) int create_attr(const pvrt_thread_attr_t *attr, size_t *len,
+						 size_t *guard, int *detached, int *bound)
+{
+	size_t ps = pvrt_page_size();
+	pvrt_thread_attr_t a;
+	if (attr->size < sizeof(attr->size))
+		return pvrt_fail(-EINVAL, "pvrt_thread_create: attr not initialised "
+					  "(pvrt_thread_attr_init or PVRT_THREAD_ATTR_INIT)");
+	if (attr->size < sizeof(a)) { /* fields past the program's: default */
+		pvrt_thread_attr_init(&a);
+		memcpy(&a, attr, attr->size);
+		attr = &a;
+	}
+	if (attr->stack_size || attr->guard_size) {
+		size_t st = attr->stack_size;
+		if (st && (st < PVRT_STACK_MIN || st > PVRT_STACK_MAX))
+			return pvrt_fail(-EINVAL, "pvrt_thread_create: stack size out of range");
+		if (attr->guard_size > PVRT_STACK_MAX)
+			return pvrt_fail(-EINVAL, "pvrt_thread_create: guard size out of range");
+		if (attr->guard_size)
+			*guard = (attr->guard_size + ps - 1) / ps * ps;
+		if (st)
+			*len = (st + ps - 1) / ps * ps + *guard +
+			       (pvrt_rt.ult_tls ? pvrt_tls_reserve() : 0);
+		else
+			*len += *guard - ps;
+	}
+	if (attr->detached != 0 && attr->detached != 1)
+		return pvrt_fail(-EINVAL, "pvrt_thread_create: detached must be 0 or 1");
+	*detached = attr->detached;
+	if (attr->worker < -1 || attr->worker >= (int)pvrt_rt.nw)
+		return pvrt_fail(-EINVAL, "pvrt_thread_create: no such worker");
+	*bound = attr->worker;
+	return 0;
+}
+
+/* A descriptor whose stack does not fit (another size or guard) or is missing: map one. */
+static __attribute__((noinline)) int create_stack(struct pvrt_ult *u, size_t len, size_t guard)
+{
+	if (u->stack) {
+		pvrt_stack_free(u->stack, u->stack_len, u->vg_id);
+		u->stack = NULL;
+	}
+	int r = pvrt_stack_alloc(len, guard, &u->stack, &u->vg_id);
+	if (r)
+		return r;
+	u->stack_len = len;
+	u->guard = guard;
+	return 0;
+}
+
 int pvrt_thread_create(pvrt_thread_t *out, const pvrt_thread_attr_t *attr, void *(*fn)(void *),
 		       void *arg)
 {
@@ -908,42 +1063,12 @@ int pvrt_thread_create(pvrt_thread_t *out, const pvrt_thread_attr_t *attr, void 
 	if (!__atomic_load_n(&pvrt_rt.running, __ATOMIC_ACQUIRE))
 		return pvrt_fail(-ENXIO, "pvrt_thread_create: the runtime is not running");
 	size_t len = pvrt_rt.stack_size;
-	size_t ps = pvrt_page_size();
-	size_t guard = ps;
+	size_t guard = pvrt_page_size();
 	int detached = 0, bound = -1;
-	pvrt_thread_attr_t a;
 	if (attr) {
-		if (attr->size < sizeof(attr->size))
-			return pvrt_fail(-EINVAL,
-					 "pvrt_thread_create: attr not initialised "
-					 "(pvrt_thread_attr_init or PVRT_THREAD_ATTR_INIT)");
-		if (attr->size < sizeof(a)) { /* fields past the program's: default */
-			pvrt_thread_attr_init(&a);
-			memcpy(&a, attr, attr->size);
-			attr = &a;
-		}
-		if (attr->stack_size || attr->guard_size) {
-			size_t st = attr->stack_size;
-			if (st && (st < PVRT_STACK_MIN || st > PVRT_STACK_MAX))
-				return pvrt_fail(-EINVAL,
-						 "pvrt_thread_create: stack size out of range");
-			if (attr->guard_size > PVRT_STACK_MAX)
-				return pvrt_fail(-EINVAL,
-						 "pvrt_thread_create: guard size out of range");
-			if (attr->guard_size)
-				guard = (attr->guard_size + ps - 1) / ps * ps;
-			if (st)
-				len = (st + ps - 1) / ps * ps + guard +
-				      (pvrt_rt.ult_tls ? pvrt_tls_reserve() : 0);
-			else
-				len += guard - ps;
-		}
-		if (attr->detached != 0 && attr->detached != 1)
-			return pvrt_fail(-EINVAL, "pvrt_thread_create: detached must be 0 or 1");
-		detached = attr->detached;
-		if (attr->worker < -1 || attr->worker >= (int)pvrt_rt.nw)
-			return pvrt_fail(-EINVAL, "pvrt_thread_create: no such worker");
-		bound = attr->worker;
+		int r = create_attr(attr, &len, &guard, &detached, &bound);
+		if (r)
+			return r;
 	}
 	if (!out && !detached)
 		return pvrt_fail(-EINVAL, "pvrt_thread_create: out is NULL for a joinable ULT");
@@ -952,21 +1077,16 @@ int pvrt_thread_create(pvrt_thread_t *out, const pvrt_thread_attr_t *attr, void 
 	struct pvrt_ult *u = desc_get(w);
 	if (!u)
 		return pvrt_fail(-ENOMEM, "pvrt_thread_create: out of memory");
-	if (u->stack && (u->stack_len != len || u->guard != guard)) {
-		pvrt_stack_free(u->stack, u->stack_len, u->vg_id);
-		u->stack = NULL;
-	}
-	if (!u->stack) {
-		int r = pvrt_stack_alloc(len, guard, &u->stack, &u->vg_id);
+	/* The steady state: the descriptor's stack fits, no system call. */
+	if (unlikely(!u->stack || u->stack_len != len || u->guard != guard)) {
+		int r = create_stack(u, len, guard);
 		if (r) {
 			desc_put(w, u);
 			return pvrt_fail(r, "pvrt_thread_create: cannot map a stack");
 		}
 	}
-	u->stack_len = len;
-	u->guard = guard;
 	u->tp = NULL;
-	if (pvrt_rt.ult_tls) {
+	if (unlikely(pvrt_rt.ult_tls)) {
 		u->tp = pvrt_tls_create(u, u->stack, len, guard, &u->stack_top);
 		if (!u->tp) {
 			pvrt_stack_free(u->stack, len, u->vg_id);
@@ -974,11 +1094,14 @@ int pvrt_thread_create(pvrt_thread_t *out, const pvrt_thread_attr_t *attr, void 
 			desc_put(w, u);
 			return pvrt_fail(-ENOMEM, "pvrt_thread_create: no memory for the TLS");
 		}
+		/* As a thread, it inherits its creator's signal mask. */
+		struct pvrt_ult *cu = w ? w->cur : NULL;
+		u->sigmask = cu ? cu->sigmask : pvrt_kernel_sigmask();
 	}
 	u->flags = detached ? ULT_F_DETACHED : 0;
 	__atomic_store_n(&u->bound, bound, __ATOMIC_RELAXED);
 	u->last = -1;
-	if (w)
+	if (likely(w))
 		u->id = (++w->nid << 12) | w->idx;
 	else
 		u->id =
@@ -992,11 +1115,6 @@ int pvrt_thread_create(pvrt_thread_t *out, const pvrt_thread_attr_t *attr, void 
 	u->wait_addr = NULL;
 	u->cancel = 0;
 	u->cancel_cond = NULL;
-	/* Per-ULT TLS: as a thread, it inherits its creator's signal mask. */
-	if (pvrt_rt.ult_tls) {
-		struct pvrt_ult *cu = w ? w->cur : NULL;
-		u->sigmask = cu ? cu->sigmask : pvrt_kernel_sigmask();
-	}
 	u->name[0] = 0;
 	u->ctx.san.asan_fake = NULL;
 	pvrt_san_fiber_create(&u->ctx.san);
@@ -1006,11 +1124,20 @@ int pvrt_thread_create(pvrt_thread_t *out, const pvrt_thread_attr_t *attr, void 
 	u->fresh_sp = pvrt_ctx_make(u->frame + sizeof(u->frame), ult_entry, u);
 	/* Relaxed: finalize only needs the count to be exact once every creator is done. */
 	__atomic_add_fetch(&pvrt_rt.nlive, 1, __ATOMIC_RELAXED);
-	if (w)
-		PVRT_STAT_INC(w, st_created);
 	if (out)
 		*out = u;
-	pvrt_ult_ready(u);
+	if (likely(w)) {
+		PVRT_STAT_INC(w, st_created);
+		/* A ULT created on a worker starts in that worker's queue (as Go's newproc puts it
+		 * in its P's): every policy's wake_target picks the caller's worker for a caller
+		 * that is a worker, so the call is skipped here; a bound one goes to its worker. */
+		if (bound < 0)
+			requeue(w, u);
+		else
+			ult_ready(w, u);
+	} else {
+		ult_ready(NULL, u);
+	}
 	return 0;
 }
 
@@ -1019,28 +1146,36 @@ int pvrt_thread_join(pvrt_thread_t t, void **ret)
 	PVRT_RT_SCOPE();
 	if (!t)
 		return pvrt_fail(-EINVAL, "pvrt_thread_join: NULL thread");
-	struct pvrt_ult *self = rt_ult_current();
+	struct pvrt_worker *w = rt_tls_worker;
+	struct pvrt_ult *self = w ? w->cur : NULL;
 	if (t == self)
 		return pvrt_fail(-EDEADLK, "pvrt_thread_join: a ULT cannot join itself");
 	if (t->flags & (ULT_F_DETACHED | ULT_F_PRIMARY))
 		return pvrt_fail(-EINVAL, "pvrt_thread_join: not a joinable ULT");
-	/* Still queued and ready? Run it now rather than block and wait for it. */
-	if (self && __atomic_load_n(&t->join, __ATOMIC_ACQUIRE) != 1)
-		rt_ult_try_yield_to(t);
-	for (;;) {
-		/* Acquire pairs with ult_exit's exchange: ret is visible. */
-		uint32_t j = __atomic_load_n(&t->join, __ATOMIC_ACQUIRE);
-		if (j == 1)
-			break;
-		/* Announce a waiter so that the exit calls wake; the futex re-checks the value. */
-		if (j == 0 && !__atomic_compare_exchange_n(&t->join, &j, 2, 0, __ATOMIC_RELAXED,
-							   __ATOMIC_RELAXED))
-			continue;
-		rt_futex_wait(&t->join, 2, CLOCK_MONOTONIC, NULL);
+	/* Acquire pairs with ult_exit's exchange: ret is visible. */
+	if (__atomic_load_n(&t->join, __ATOMIC_ACQUIRE) != 1) {
+		/* Still queued and ready? Run it now rather than block and wait for it. */
+		if (self)
+			rt_ult_try_yield_to(t);
+		for (;;) {
+			uint32_t j = __atomic_load_n(&t->join, __ATOMIC_ACQUIRE);
+			if (j == 1)
+				break;
+			/* Announce a waiter so that the exit calls wake; the futex re-checks the
+			 * value. */
+			if (j == 0 && !__atomic_compare_exchange_n(
+					  &t->join, &j, 2, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+				continue;
+			rt_futex_wait(&t->join, 2, CLOCK_MONOTONIC, NULL);
+		}
+		if (ret)
+			*ret = t->ret;
+		desc_unref(pvrt_worker_cur(), t); /* the waits may have moved us */
+		return 0;
 	}
 	if (ret)
 		*ret = t->ret;
-	desc_unref(pvrt_worker_cur(), t);
+	desc_unref(w, t);
 	return 0;
 }
 

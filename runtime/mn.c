@@ -422,6 +422,7 @@ EXPORT int pthread_setname_np(pthread_t t, const char *name)
 	if (n >= sizeof(u->name))
 		return ERANGE;
 	memcpy(u->name, name, n + 1);
+	u->name_id = u->id; /* a reused descriptor's old name is not this ULT's */
 	return 0;
 }
 
@@ -430,7 +431,7 @@ EXPORT int pthread_getname_np(pthread_t t, char *buf, size_t len)
 	struct pvrt_ult *u = ult_of(t);
 	if (!u)
 		return REAL(pthread_getname_np, t, buf, len);
-	size_t n = strnlen(u->name, sizeof(u->name) - 1);
+	size_t n = u->name_id == u->id ? strnlen(u->name, sizeof(u->name) - 1) : 0;
 	if (len < n + 1)
 		return ERANGE;
 	memcpy(buf, u->name, n);

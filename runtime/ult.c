@@ -1112,10 +1112,9 @@ int pvrt_thread_create(pvrt_thread_t *out, const pvrt_thread_attr_t *attr, void 
 	u->join = 0;
 	u->refs = detached ? 1 : 2;
 	u->keys = NULL;
-	u->wait_addr = NULL;
 	u->cancel = 0;
-	u->cancel_cond = NULL;
-	u->name[0] = 0;
+	/* wait_addr and cancel_cond are NULL outside waits, name is the old ULT's (name_id): the
+	 * descriptor's cold lines stay untouched. */
 	u->ctx.san.asan_fake = NULL;
 	pvrt_san_fiber_create(&u->ctx.san);
 	/* The frame is built here (the creator's floating-point state) and copied to the stack at

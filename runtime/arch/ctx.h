@@ -31,6 +31,10 @@ void *pvrt_ctx_make(void *top, void (*entry)(void *), void *arg);
  * itself, so it may be built elsewhere (ult.c builds it in the descriptor when the ULT is created,
  * inheriting the creator's floating-point state) and copied below another such top later.
  */
-#define PVRT_CTX_FRAME 192
+#if defined(__x86_64__)
+#define PVRT_CTX_FRAME 96 /* 80 written (arch/x86_64/ctx.c) */
+#else
+#define PVRT_CTX_FRAME 192 /* 176 written (arch/aarch64/ctx.c) */
+#endif
 
 #endif /* PVRT_RUNTIME_ARCH_CTX_H */

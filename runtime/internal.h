@@ -74,29 +74,27 @@ struct pvrt_worker;
 struct pvrt_m;
 
 struct pvrt_ult {
-	/* What create, the first run, exit and join touch comes first (four cache lines with
-	 * the x86-64 frame): a batch of thousands of ULTs lives in the caches that much longer. */
+	/* What create, the first run, exit and join touch comes first (two cache lines): a batch
+	 * of thousands of ULTs lives in the caches that much longer. */
 	struct pvrt_ctxrec ctx;
 	uint32_t state; /* enum pvrt_ult_state; atomic */
 	uint32_t flags;
-	int bound;     /* worker it must run on, or -1 */
-	int last;      /* worker it last ran on, or -1 */
-	uint32_t join; /* futex word: 0 running, 1 exited, 2 running and someone waits */
-	uint32_t refs; /* handle + the ULT itself; the last one returns the descriptor */
+	int bound;	 /* worker it must run on, or -1 */
+	int last;	 /* worker it last ran on, or -1 */
+	uint32_t join;	 /* futex word: 0 running, 1 exited, 2 someone waits, 3 detached (ult.c) */
+	uint32_t cancel; /* M:N (locks/mn.c): futex word, 1 once pthread_cancel'led */
 	uint64_t id;
 	void *(*fn)(void *);
 	void *arg;
 	void *ret;
 	void *stack; /* mapping (guard pages at its bottom), NULL for the primary */
 	size_t stack_len;
-	size_t guard; /* guard bytes at the bottom of the mapping */
-	void *tp;     /* own thread pointer (TCB, tls.c), NULL: the worker's */
-	_Alignas(16) unsigned char frame[PVRT_CTX_FRAME];
-	void *fresh_sp; /* until the first run (ctx.sp NULL): the initial frame's sp in 'frame' */
+	size_t guard;	  /* guard bytes at the bottom of the mapping */
+	void *tp;	  /* own thread pointer (TCB, tls.c), NULL: the worker's */
+	uint64_t fpstate; /* until the first run (ctx.sp NULL): the creator's, for the frame */
 	struct pvrt_keyvals *keys;
 	struct pvrt_ult *qnext; /* injection list (TSan builds), pool free list */
 	unsigned vg_id;
-	uint32_t cancel; /* M:N (locks/mn.c): futex word, 1 once pthread_cancel'led */
 	/* Rarely used. */
 	uint64_t sigmask; /* with own TLS: its signal mask, loaded when it runs (kernel sigset) */
 	void *stack_top;  /* with own TLS: the stack's end, below the TLS blocks */

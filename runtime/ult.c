@@ -185,18 +185,6 @@ static void desc_put(struct pvrt_worker *w, struct pvrt_ult *u)
 	pvrt_lock_release(&pvrt_rt.plock);
 }
 
-/* Drop one reference (handle or the ULT's own); the last returns the descriptor (with its
- * stack, and with per-ULT TLS the TCB on it, which names the thread until the reuse). */
-static void desc_unref(struct pvrt_worker *w, struct pvrt_ult *u)
-{
-	/* Acq_rel: the last dropper must see everything the other did with the descriptor. A
-	 * count of 1 is ours alone (references are only ever dropped): no read-modify-write then,
-	 * the acquire load pairs with the other dropper's release. */
-	if (__atomic_load_n(&u->refs, __ATOMIC_ACQUIRE) == 1 ||
-	    __atomic_sub_fetch(&u->refs, 1, __ATOMIC_ACQ_REL) == 0)
-		desc_put(w, u);
-}
-
 void pvrt_wait_nlive_zero(void)
 {
 	/* Announce the wait, then read the count, both seq_cst; an exit lowers the count, then
@@ -271,13 +259,16 @@ void pvrt_stack_free(void *stack, size_t len, unsigned vg_id)
 /*
  * A descriptor keeps its stack when it goes back to a pool, so a create takes both with one pop
  * and a program that starts many threads at once maps stacks only the first time: there is no
- * cache size to fall off. A create does not touch the stack either (the initial frame is built in
- * the descriptor), and a ULT's first run swaps its stack for the worker's hot one, which an exit
- * on that worker left warm (an exit swaps its stack in): N ULTs created, then run one after the
- * other, run on two warm stacks while the cold ones only change hands. So the cost per ULT stays
- * flat whatever N. The memory goes back when idle: a worker about to park frees the stacks of its
- * pool beyond PVRT_STACK_KEEP, and the last worker to park frees those of the global pool.
+ * cache size to fall off. A create does not touch the stack either (it keeps the creator's
+ * floating-point state; the initial frame is built at the first run), and a ULT's first run swaps
+ * its stack for the worker's hot one, which an exit on that worker left warm (an exit swaps its
+ * stack in): N ULTs created, then run one after the other, run on two warm stacks while the cold
+ * ones only change hands. So the cost per ULT stays flat whatever N. The memory goes back when
+ * idle: a worker about to park frees the stacks of its pool beyond PVRT_STACK_KEEP, and the last
+ * worker to park frees those of the global pool.
  */
+static void ult_entry(void *arg);
+
 static inline void swap_hot(struct pvrt_worker *w, struct pvrt_ult *u)
 {
 	if (u->stack_len != pvrt_rt.stack_size || !u->stack || u->tp)
@@ -290,18 +281,15 @@ static inline void swap_hot(struct pvrt_worker *w, struct pvrt_ult *u)
 	u->vg_id = vg;
 }
 
-/* Before the first switch to u: give it a stack (the warm one when there is one) and copy the
- * initial frame built at create below its top. */
+/* Before the first switch to u: give it a stack (the warm one when there is one) and build its
+ * initial frame there, with the floating-point state its creator had. */
 static void first_run(struct pvrt_worker *w, struct pvrt_ult *u)
 {
 	if (w->hot)
 		swap_hot(w, u);
-	size_t n = (size_t)(u->frame + sizeof(u->frame) - (unsigned char *)u->fresh_sp);
 	/* With TLS of its own the stack ends below the TLS blocks at its top (tls.c). */
 	char *end = u->tp ? (char *)u->stack_top : (char *)u->stack + u->stack_len;
-	unsigned char *top = (unsigned char *)((uintptr_t)end & ~(uintptr_t)15);
-	memcpy(top - n, u->fresh_sp, n);
-	u->ctx.sp = top - n;
+	u->ctx.sp = pvrt_ctx_make_fp(end, ult_entry, u, u->fpstate);
 	u->ctx.san.bottom = (char *)u->stack + u->guard;
 	u->ctx.san.size = (size_t)(end - (char *)u->ctx.san.bottom);
 }
@@ -914,6 +902,13 @@ int rt_worker_vcpu(void)
 
 /* ---------------------------------------------------------------- life cycle */
 
+/*
+ * The join word says who owns an exited ULT's descriptor, so neither side needs a reference
+ * count: 0 running, 2 running and a joiner waits, 3 running and detached (nobody will join), 1
+ * exited and off its stack. The exit stores 1 once it is off the stack (post_exit); a joiner that
+ * reads 1 owns the descriptor and returns it, an exit that finds 3 returns it, a detach that finds
+ * 1 returns it.
+ */
 static void post_exit(struct pvrt_worker *w, void *arg)
 {
 	struct pvrt_ult *u = arg;
@@ -925,7 +920,14 @@ static void post_exit(struct pvrt_worker *w, void *arg)
 	else
 		swap_hot(w, u);
 	pvrt_san_fiber_destroy(&u->ctx.san);
-	desc_unref(w, u);
+	/* Acq_rel: release publishes ret and everything the ULT did to the joiner (acquire load
+	 * of 1); acquire, for a detached one, what the detacher did before its exchange. */
+	uint32_t j = __atomic_exchange_n(&u->join, 1, __ATOMIC_ACQ_REL);
+	if (j == 3)
+		desc_put(w, u);
+	else if (j == 2) /* the joiner may own u already: the wake only uses the address (a
+			  * reused descriptor's joiner gets a spurious wake-up, and re-checks) */
+		rt_futex_wake(&u->join, INT_MAX);
 }
 
 __attribute__((noreturn)) static void ult_exit(struct pvrt_ult *self, void *ret)
@@ -936,9 +938,6 @@ __attribute__((noreturn)) static void ult_exit(struct pvrt_ult *self, void *ret)
 		pvrt_keys_run_destructors(&self->keys);
 	self->ret = ret;
 	__atomic_store_n(&self->state, ULT_DONE, __ATOMIC_RELAXED);
-	/* Release: the joiner's acquire load of 'join' sees ret. 2: someone waits. */
-	if (__atomic_exchange_n(&self->join, 1, __ATOMIC_ACQ_REL) == 2)
-		rt_futex_wake(&self->join, INT_MAX);
 	/* Seq_cst, then the waiters' count: see pvrt_wait_nlive_zero. Nobody waits but finalize,
 	 * so the last exit of a batch does not go through the futex table. */
 	if (__atomic_sub_fetch(&pvrt_rt.nlive, 1, __ATOMIC_SEQ_CST) == 0 &&
@@ -946,7 +945,7 @@ __attribute__((noreturn)) static void ult_exit(struct pvrt_ult *self, void *ret)
 		rt_futex_wake(&pvrt_rt.nlive, INT_MAX);
 	struct pvrt_worker *w = pvrt_worker_cur();
 	struct pvrt_ult *next = pick_next(w);
-	/* The stack goes back in post_exit, once we are off it. */
+	/* The joiner learns of the exit in post_exit, once we are off the stack. */
 	switch_ctx(w, &self->ctx, next, post_exit, self, 1);
 	__builtin_unreachable();
 }
@@ -973,7 +972,6 @@ void pvrt_ult_init_primary(struct pvrt_ult *u)
 	u->flags = ULT_F_PRIMARY;
 	u->bound = 0;
 	u->last = 0;
-	u->refs = 1;
 	u->id = 1;
 	u->state = ULT_RUNNING;
 	u->sigmask = pvrt_kernel_sigmask();
@@ -1109,18 +1107,17 @@ int pvrt_thread_create(pvrt_thread_t *out, const pvrt_thread_attr_t *attr, void 
 	u->fn = fn;
 	u->arg = arg;
 	u->ret = NULL;
-	u->join = 0;
-	u->refs = detached ? 1 : 2;
+	u->join = detached ? 3 : 0;
 	u->keys = NULL;
 	u->cancel = 0;
 	/* wait_addr and cancel_cond are NULL outside waits, name is the old ULT's (name_id): the
 	 * descriptor's cold lines stay untouched. */
 	u->ctx.san.asan_fake = NULL;
 	pvrt_san_fiber_create(&u->ctx.san);
-	/* The frame is built here (the creator's floating-point state) and copied to the stack at
-	 * the first run (first_run). */
+	/* The frame is built on the stack at the first run (first_run), with the creator's
+	 * floating-point state: a create does not touch the stack. */
 	u->ctx.sp = NULL;
-	u->fresh_sp = pvrt_ctx_make(u->frame + sizeof(u->frame), ult_entry, u);
+	u->fpstate = pvrt_ctx_fpstate();
 	/* Relaxed: finalize only needs the count to be exact once every creator is done. */
 	__atomic_add_fetch(&pvrt_rt.nlive, 1, __ATOMIC_RELAXED);
 	if (out)
@@ -1169,12 +1166,12 @@ int pvrt_thread_join(pvrt_thread_t t, void **ret)
 		}
 		if (ret)
 			*ret = t->ret;
-		desc_unref(pvrt_worker_cur(), t); /* the waits may have moved us */
+		desc_put(pvrt_worker_cur(), t); /* the waits may have moved us */
 		return 0;
 	}
 	if (ret)
 		*ret = t->ret;
-	desc_unref(w, t);
+	desc_put(w, t);
 	return 0;
 }
 
@@ -1183,9 +1180,15 @@ int pvrt_thread_detach(pvrt_thread_t t)
 	PVRT_RT_SCOPE();
 	if (!t || (t->flags & (ULT_F_DETACHED | ULT_F_PRIMARY)))
 		return pvrt_fail(-EINVAL, "pvrt_thread_detach: not a joinable ULT");
-	/* The flag only guards against a later join on this handle; the reference does the work. */
+	/* The flag only guards against a later join on this handle; the join word does the work
+	 * (see post_exit). */
 	t->flags |= ULT_F_DETACHED;
-	desc_unref(rt_tls_worker, t);
+	uint32_t j = __atomic_load_n(&t->join, __ATOMIC_ACQUIRE);
+	while (j != 1)
+		if (__atomic_compare_exchange_n(&t->join, &j, 3, 0, __ATOMIC_ACQ_REL,
+						__ATOMIC_ACQUIRE))
+			return 0;
+	desc_put(rt_tls_worker, t); /* it exited: ours */
 	return 0;
 }
 

@@ -14,6 +14,7 @@
 #define PVRT_RUNTIME_ARCH_CTX_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 /* Save the running context in *save and resume the one whose stack pointer is 'to'. */
 void pvrt_ctx_switch(void **save, void *to);
@@ -27,14 +28,11 @@ void pvrt_ctx_switch(void **save, void *to);
 void *pvrt_ctx_make(void *top, void (*entry)(void *), void *arg);
 
 /*
- * Bytes pvrt_ctx_make writes at most below a 16-byte aligned top. The frame holds no pointer into
- * itself, so it may be built elsewhere (ult.c builds it in the descriptor when the ULT is created,
- * inheriting the creator's floating-point state) and copied below another such top later.
+ * The caller's floating-point control state (x86-64: MXCSR, x87 control word << 32; AArch64:
+ * FPCR), and pvrt_ctx_make with a state taken earlier: ult.c takes it when a ULT is created (it
+ * inherits its creator's) and builds the frame on the stack when the ULT first runs.
  */
-#if defined(__x86_64__)
-#define PVRT_CTX_FRAME 96 /* 80 written (arch/x86_64/ctx.c) */
-#else
-#define PVRT_CTX_FRAME 192 /* 176 written (arch/aarch64/ctx.c) */
-#endif
+uint64_t pvrt_ctx_fpstate(void);
+void *pvrt_ctx_make_fp(void *top, void (*entry)(void *), void *arg, uint64_t fp);
 
 #endif /* PVRT_RUNTIME_ARCH_CTX_H */

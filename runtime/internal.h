@@ -343,6 +343,49 @@ static inline void pvrt_rt_scope_end(int *depth)
 #define PVRT_RT_SCOPE()                                                                            \
 	int pvrt_rt_depth_ __attribute__((cleanup(pvrt_rt_scope_end), unused)) = pvrt_rt_enter()
 
+/*
+ * A runtime section that never switches contexts (create, join of an exited ULT) ends on the M
+ * it began on, so its end restores the depth there without the call that re-reads the thread's
+ * M. If the start found its M lost (and moved to another thread), the end is the usual one.
+ */
+struct pvrt_rt_nsw {
+	struct pvrt_m *m;
+	int depth;
+};
+
+static inline void pvrt_rt_nsw_begin(struct pvrt_rt_nsw *s)
+{
+	struct pvrt_m *m = pvrt_tls_m;
+	s->m = m;
+	s->depth = -1;
+	if (!m)
+		return;
+	uint32_t d = __atomic_load_n(&m->inrt, __ATOMIC_RELAXED);
+	__atomic_store_n(&m->inrt, d + 1, __ATOMIC_RELAXED);
+	if (unlikely(pvrt_rt.entry_fence))
+		__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	else
+		__atomic_signal_fence(__ATOMIC_SEQ_CST);
+	s->depth = (int)d;
+	if (unlikely(__atomic_load_n(&m->lost, __ATOMIC_ACQUIRE))) {
+		pvrt_m_lost(m);
+		s->m = NULL;
+	}
+}
+
+static inline void pvrt_rt_nsw_end(struct pvrt_rt_nsw *s)
+{
+	if (likely(s->m)) /* release: as pvrt_rt_leave_slow */
+		__atomic_store_n(&s->m->inrt, (uint32_t)s->depth, __ATOMIC_RELEASE);
+	else
+		pvrt_rt_leave(s->depth);
+}
+
+/* The rest of the enclosing block is a runtime section in which no switch happens. */
+#define PVRT_RT_SCOPE_NOSWITCH()                                                                   \
+	struct pvrt_rt_nsw pvrt_rt_nsw_ __attribute__((cleanup(pvrt_rt_nsw_end)));                 \
+	pvrt_rt_nsw_begin(&pvrt_rt_nsw_)
+
 /* ---- preempt.c ---- */
 int pvrt_preempt_init(void) PVRT_HIDDEN;
 void pvrt_preempt_fini(void) PVRT_HIDDEN;

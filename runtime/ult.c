@@ -453,7 +453,14 @@ static struct pvrt_ult *ring_take(struct pvrt_ring *r, bool alone)
 		if (!u)
 			return NULL;
 		uint32_t s = ULT_READY;
-		/* Acquire pairs with the release that made it READY: its context is saved. */
+		/* Acquire pairs with the release that made it READY: its context is saved. Alone,
+		 * nobody else claims (thieves and yield_to run on workers): no CAS. */
+		if (alone) {
+			if (__atomic_load_n(&u->state, __ATOMIC_ACQUIRE) != ULT_READY)
+				continue;
+			__atomic_store_n(&u->state, ULT_RUNNING, __ATOMIC_RELAXED);
+			return u;
+		}
 		if (__atomic_compare_exchange_n(&u->state, &s, ULT_RUNNING, 0, __ATOMIC_ACQUIRE,
 						__ATOMIC_RELAXED))
 			return u;
@@ -626,13 +633,10 @@ static void inject_to(struct pvrt_worker *from, unsigned target, struct pvrt_ult
 }
 
 /* Queue a claimed or blocked ULT on w (the caller's worker) or where it is bound. */
-static void requeue(struct pvrt_worker *w, struct pvrt_ult *u)
+/* Queue u, claimed or fresh and free to run on w, on w's ring (its owner). */
+static inline __attribute__((always_inline)) void queue_local(struct pvrt_worker *w,
+							      struct pvrt_ult *u)
 {
-	int b = ult_bound(u);
-	if (b >= 0 && (unsigned)b != w->idx) {
-		inject_to(w, (unsigned)b, u);
-		return;
-	}
 	/*
 	 * Decide on the ring before publishing READY: a stale ring entry elsewhere may claim u the
 	 * moment it is READY, so a READY ULT must not then also go into an injection queue.
@@ -644,7 +648,18 @@ static void requeue(struct pvrt_worker *w, struct pvrt_ult *u)
 	/* Release: whoever claims it sees its saved context. */
 	__atomic_store_n(&u->state, ULT_READY, __ATOMIC_RELEASE);
 	ring_put(&w->ring, u);
-	notify_idle(w);
+	if (unlikely(pvrt_rt.nw > 1))
+		notify_idle(w);
+}
+
+static void requeue(struct pvrt_worker *w, struct pvrt_ult *u)
+{
+	int b = ult_bound(u);
+	if (b >= 0 && (unsigned)b != w->idx) {
+		inject_to(w, (unsigned)b, u);
+		return;
+	}
+	queue_local(w, u);
 }
 
 static void ult_ready(struct pvrt_worker *w, struct pvrt_ult *u)
@@ -1055,7 +1070,9 @@ static __attribute__((noinline)) int create_stack(struct pvrt_ult *u, size_t len
 int pvrt_thread_create(pvrt_thread_t *out, const pvrt_thread_attr_t *attr, void *(*fn)(void *),
 		       void *arg)
 {
-	PVRT_RT_SCOPE();
+	/* No switch in here: a create never waits (a lock of the global pool sleeps in the kernel).
+	 */
+	PVRT_RT_SCOPE_NOSWITCH();
 	if (!fn)
 		return pvrt_fail(-EINVAL, "pvrt_thread_create: fn is NULL");
 	if (!__atomic_load_n(&pvrt_rt.running, __ATOMIC_ACQUIRE))
@@ -1128,7 +1145,7 @@ int pvrt_thread_create(pvrt_thread_t *out, const pvrt_thread_attr_t *attr, void 
 		 * in its P's): every policy's wake_target picks the caller's worker for a caller
 		 * that is a worker, so the call is skipped here; a bound one goes to its worker. */
 		if (bound < 0)
-			requeue(w, u);
+			queue_local(w, u);
 		else
 			ult_ready(w, u);
 	} else {
@@ -1137,41 +1154,50 @@ int pvrt_thread_create(pvrt_thread_t *out, const pvrt_thread_attr_t *attr, void 
 	return 0;
 }
 
-int pvrt_thread_join(pvrt_thread_t t, void **ret)
+/* Join a ULT that has not exited yet: run it now if it is still queued, else wait. */
+static __attribute__((noinline)) int join_wait(struct pvrt_ult *t, void **ret)
 {
 	PVRT_RT_SCOPE();
-	if (!t)
-		return pvrt_fail(-EINVAL, "pvrt_thread_join: NULL thread");
 	struct pvrt_worker *w = rt_tls_worker;
 	struct pvrt_ult *self = w ? w->cur : NULL;
 	if (t == self)
 		return pvrt_fail(-EDEADLK, "pvrt_thread_join: a ULT cannot join itself");
 	if (t->flags & (ULT_F_DETACHED | ULT_F_PRIMARY))
 		return pvrt_fail(-EINVAL, "pvrt_thread_join: not a joinable ULT");
-	/* Acquire pairs with ult_exit's exchange: ret is visible. */
-	if (__atomic_load_n(&t->join, __ATOMIC_ACQUIRE) != 1) {
-		/* Still queued and ready? Run it now rather than block and wait for it. */
-		if (self)
-			rt_ult_try_yield_to(t);
-		for (;;) {
-			uint32_t j = __atomic_load_n(&t->join, __ATOMIC_ACQUIRE);
-			if (j == 1)
-				break;
-			/* Announce a waiter so that the exit calls wake; the futex re-checks the
-			 * value. */
-			if (j == 0 && !__atomic_compare_exchange_n(
-					  &t->join, &j, 2, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
-				continue;
-			rt_futex_wait(&t->join, 2, CLOCK_MONOTONIC, NULL);
-		}
-		if (ret)
-			*ret = t->ret;
-		desc_put(pvrt_worker_cur(), t); /* the waits may have moved us */
-		return 0;
+	/* Still queued and ready? Run it now rather than block and wait for it. */
+	if (self)
+		rt_ult_try_yield_to(t);
+	for (;;) {
+		/* Acquire pairs with post_exit's exchange: ret is visible. */
+		uint32_t j = __atomic_load_n(&t->join, __ATOMIC_ACQUIRE);
+		if (j == 1)
+			break;
+		/* Announce a waiter so that the exit calls wake; the futex re-checks the value. */
+		if (j == 0 && !__atomic_compare_exchange_n(&t->join, &j, 2, 0, __ATOMIC_RELAXED,
+							   __ATOMIC_RELAXED))
+			continue;
+		rt_futex_wait(&t->join, 2, CLOCK_MONOTONIC, NULL);
 	}
 	if (ret)
 		*ret = t->ret;
-	desc_put(w, t);
+	desc_put(pvrt_worker_cur(), t); /* the waits may have moved us */
+	return 0;
+}
+
+int pvrt_thread_join(pvrt_thread_t t, void **ret)
+{
+	if (!t)
+		return pvrt_fail(-EINVAL, "pvrt_thread_join: NULL thread");
+	/* Exited (acquire: pairs with post_exit's exchange, ret is visible)? Then it is ours and
+	 * neither the caller itself nor the primary (which never exits). */
+	if (__atomic_load_n(&t->join, __ATOMIC_ACQUIRE) != 1)
+		return join_wait(t, ret);
+	if (t->flags & ULT_F_DETACHED)
+		return pvrt_fail(-EINVAL, "pvrt_thread_join: not a joinable ULT");
+	if (ret)
+		*ret = t->ret;
+	PVRT_RT_SCOPE_NOSWITCH(); /* the pool is the worker's */
+	desc_put(rt_tls_worker, t);
 	return 0;
 }
 

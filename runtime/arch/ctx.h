@@ -32,7 +32,22 @@ void *pvrt_ctx_make(void *top, void (*entry)(void *), void *arg);
  * FPCR), and pvrt_ctx_make with a state taken earlier: ult.c takes it when a ULT is created (it
  * inherits its creator's) and builds the frame on the stack when the ULT first runs.
  */
-uint64_t pvrt_ctx_fpstate(void);
+static inline uint64_t pvrt_ctx_fpstate(void)
+{
+#if defined(__x86_64__)
+	uint32_t mxcsr;
+	uint16_t fpcw;
+	__asm__ volatile("stmxcsr %0" : "=m"(mxcsr));
+	__asm__ volatile("fnstcw %0" : "=m"(fpcw));
+	return mxcsr | ((uint64_t)fpcw << 32);
+#elif defined(__aarch64__)
+	uint64_t fpcr;
+	__asm__ volatile("mrs %0, fpcr" : "=r"(fpcr));
+	return fpcr;
+#else
+#error "no context switch for this architecture"
+#endif
+}
 void *pvrt_ctx_make_fp(void *top, void (*entry)(void *), void *arg, uint64_t fp);
 
 #endif /* PVRT_RUNTIME_ARCH_CTX_H */

@@ -6,13 +6,6 @@
 
 void pvrt_ctx_trampoline(void);
 
-uint64_t pvrt_ctx_fpstate(void)
-{
-	uint64_t fpcr;
-	__asm__ volatile("mrs %0, fpcr" : "=r"(fpcr));
-	return fpcr;
-}
-
 void *pvrt_ctx_make_fp(void *top, void (*entry)(void *), void *arg, uint64_t fp)
 {
 	uint64_t *sp = (uint64_t *)(((uintptr_t)top & ~(uintptr_t)15) - 176);

@@ -6,15 +6,6 @@
 
 void pvrt_ctx_trampoline(void);
 
-uint64_t pvrt_ctx_fpstate(void)
-{
-	uint32_t mxcsr;
-	uint16_t fpcw;
-	__asm__ volatile("stmxcsr %0" : "=m"(mxcsr));
-	__asm__ volatile("fnstcw %0" : "=m"(fpcw));
-	return mxcsr | ((uint64_t)fpcw << 32);
-}
-
 void *pvrt_ctx_make_fp(void *top, void (*entry)(void *), void *arg, uint64_t fp)
 {
 	/*

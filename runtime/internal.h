@@ -258,7 +258,8 @@ struct pvrt_rt {
 	/* Global descriptor pool and the chunks they live in. */
 	struct pvrt_lock plock PVRT_ALIGNED;
 	struct pvrt_ult *pool;
-	uint32_t nstacks; /* descriptors in pool that hold a stack (plock; racy reads) */
+	uint32_t nstacks;	/* descriptors in pool that hold a stack (plock; racy reads) */
+	uint64_t stacks_mapped; /* ULT stacks mapped now: running, pooled or hot (pvrt_stats) */
 	struct pvrt_chunk *chunks;
 	uint64_t foreign_rng[2];
 	int segv_installed;

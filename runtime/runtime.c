@@ -853,8 +853,10 @@ int pvrt_stats_read(struct pvrt_stats *out, size_t size)
 	int r = 0;
 	if (!__atomic_load_n(&pvrt_rt.running, __ATOMIC_ACQUIRE))
 		r = pvrt_fail(-ENXIO, "pvrt_stats_read: the runtime is not running");
-	else
+	else {
 		sum_workers(&st, 0, pvrt_rt.nw);
+		st.stacks = __atomic_load_n(&pvrt_rt.stacks_mapped, __ATOMIC_RELAXED);
+	}
 	out->size = (uint32_t)os_sized_out(out, size, &st, sizeof(st));
 	return r;
 }

@@ -217,6 +217,7 @@ void pvrt_pool_fini(void)
 	pvrt_rt.chunks = NULL;
 	pvrt_rt.pool = NULL;
 	pvrt_rt.nstacks = 0;
+	pvrt_rt.stacks_mapped = 0;
 	pvrt_debug_chunks = NULL;
 }
 
@@ -254,6 +255,21 @@ void pvrt_stack_free(void *stack, size_t len, unsigned vg_id)
 {
 	pvrt_san_stack_deregister(vg_id);
 	munmap(stack, len);
+}
+
+/* ULT stacks, counted (pvrt_stats.stacks). */
+static int ult_stack_alloc(size_t len, size_t guard, void **out, unsigned *vg_id)
+{
+	int r = pvrt_stack_alloc(len, guard, out, vg_id);
+	if (!r)
+		__atomic_fetch_add(&pvrt_rt.stacks_mapped, 1, __ATOMIC_RELAXED);
+	return r;
+}
+
+static void ult_stack_free(void *stack, size_t len, unsigned vg_id)
+{
+	pvrt_stack_free(stack, len, vg_id);
+	__atomic_fetch_sub(&pvrt_rt.stacks_mapped, 1, __ATOMIC_RELAXED);
 }
 
 /*
@@ -303,7 +319,7 @@ static void stacks_free_list(struct pvrt_ult *u, unsigned keep)
 			keep--;
 			continue;
 		}
-		pvrt_stack_free(u->stack, u->stack_len, u->vg_id);
+		ult_stack_free(u->stack, u->stack_len, u->vg_id);
 		u->stack = NULL;
 		u->tp = NULL;
 	}
@@ -1056,10 +1072,10 @@ static __attribute__((noinline)) int create_attr(const pvrt_thread_attr_t *attr,
 static __attribute__((noinline)) int create_stack(struct pvrt_ult *u, size_t len, size_t guard)
 {
 	if (u->stack) {
-		pvrt_stack_free(u->stack, u->stack_len, u->vg_id);
+		ult_stack_free(u->stack, u->stack_len, u->vg_id);
 		u->stack = NULL;
 	}
-	int r = pvrt_stack_alloc(len, guard, &u->stack, &u->vg_id);
+	int r = ult_stack_alloc(len, guard, &u->stack, &u->vg_id);
 	if (r)
 		return r;
 	u->stack_len = len;
@@ -1104,7 +1120,7 @@ int pvrt_thread_create(pvrt_thread_t *out, const pvrt_thread_attr_t *attr, void 
 	if (unlikely(pvrt_rt.ult_tls)) {
 		u->tp = pvrt_tls_create(u, u->stack, len, guard, &u->stack_top);
 		if (!u->tp) {
-			pvrt_stack_free(u->stack, len, u->vg_id);
+			ult_stack_free(u->stack, len, u->vg_id);
 			u->stack = NULL;
 			desc_put(w, u);
 			return pvrt_fail(-ENOMEM, "pvrt_thread_create: no memory for the TLS");

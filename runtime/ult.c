@@ -246,6 +246,7 @@ int pvrt_stack_alloc(size_t len, size_t guard, void **out, unsigned *vg_id)
 		munmap(p, len);
 		return -e;
 	}
+	pvrt_san_stack_fresh((char *)p + guard, len - guard);
 	*vg_id = pvrt_san_stack_register((char *)p + guard, (char *)p + len);
 	*out = p;
 	return 0;
@@ -377,14 +378,9 @@ static inline bool bound_elsewhere(const struct pvrt_ult *u, const struct pvrt_w
  * the old buffer is never written again. False only when the memory for a bigger one is missing.
  * Stays true until the owner pushes, since consumers only ever move head forward.
  */
-static bool ring_reserve(struct pvrt_ring *r)
+static __attribute__((noinline)) bool ring_grow(struct pvrt_ring *r, struct pvrt_ringbuf *b,
+						uint64_t h, uint64_t t)
 {
-	/* Acquire: a consumer read the slot we may reuse before its CAS moved head past it. */
-	uint64_t h = __atomic_load_n(&r->head, __ATOMIC_ACQUIRE);
-	struct pvrt_ringbuf *b = __atomic_load_n(&r->buf, __ATOMIC_RELAXED); /* only we write it */
-	uint64_t t = r->tail; /* only the owner writes tail */
-	if (likely(b && t - h <= b->mask))
-		return true;
 	uint64_t cap = b ? 2 * (b->mask + 1) : PVRT_RING_SIZE;
 	struct pvrt_ringbuf *nb = pvrt_alloc(sizeof(*nb) + cap * sizeof(nb->e[0]));
 	if (!nb)
@@ -396,6 +392,17 @@ static bool ring_reserve(struct pvrt_ring *r)
 	/* Release: the copied entries are visible to whoever reads the new buffer. */
 	__atomic_store_n(&r->buf, nb, __ATOMIC_RELEASE);
 	return true;
+}
+
+static inline bool ring_reserve(struct pvrt_ring *r)
+{
+	/* Acquire: a consumer read the slot we may reuse before its CAS moved head past it. */
+	uint64_t h = __atomic_load_n(&r->head, __ATOMIC_ACQUIRE);
+	struct pvrt_ringbuf *b = __atomic_load_n(&r->buf, __ATOMIC_RELAXED); /* only we write it */
+	uint64_t t = r->tail; /* only the owner writes tail */
+	if (likely(b && t - h <= b->mask))
+		return true;
+	return ring_grow(r, b, h, t);
 }
 
 /* Append u (owner only, after ring_reserve()). */
@@ -448,39 +455,38 @@ static struct pvrt_ult *ring_pop(struct pvrt_ring *r)
 	}
 }
 
-/* The owner's pop when it is the only consumer (one worker: nobody steals), without the CAS. */
-static struct pvrt_ult *ring_pop_alone(struct pvrt_ring *r)
-{
-	uint64_t h = __atomic_load_n(&r->head, __ATOMIC_RELAXED);
-	if (r->tail == h) /* only the owner writes tail */
-		return NULL;
-	struct pvrt_ringbuf *b = __atomic_load_n(&r->buf, __ATOMIC_RELAXED);
-	struct pvrt_ult *u = __atomic_load_n(&b->e[h & b->mask], __ATOMIC_RELAXED);
-	__atomic_store_n(&r->head, h + 1, __ATOMIC_RELAXED);
-	return u;
-}
-
-/* Pop entries until one can be claimed (READY->RUNNING); alone: the caller is the owner and
- * the only consumer. */
-static struct pvrt_ult *ring_take(struct pvrt_ring *r, bool alone)
+/* Pop entries until one can be claimed (READY->RUNNING). */
+static struct pvrt_ult *ring_take(struct pvrt_ring *r)
 {
 	for (;;) {
-		struct pvrt_ult *u = alone ? ring_pop_alone(r) : ring_pop(r);
+		struct pvrt_ult *u = ring_pop(r);
 		if (!u)
 			return NULL;
 		uint32_t s = ULT_READY;
-		/* Acquire pairs with the release that made it READY: its context is saved. Alone,
-		 * nobody else claims (thieves and yield_to run on workers): no CAS. */
-		if (alone) {
-			if (__atomic_load_n(&u->state, __ATOMIC_ACQUIRE) != ULT_READY)
-				continue;
-			__atomic_store_n(&u->state, ULT_RUNNING, __ATOMIC_RELAXED);
-			return u;
-		}
+		/* Acquire pairs with the release that made it READY: its context is saved. */
 		if (__atomic_compare_exchange_n(&u->state, &s, ULT_RUNNING, 0, __ATOMIC_ACQUIRE,
 						__ATOMIC_RELAXED))
 			return u;
 	}
+}
+
+/* ring_take by the owner when it is the only consumer (one worker: nobody steals, and yield_to
+ * runs on workers), without the CAS on head or the claim. */
+static inline struct pvrt_ult *ring_take_alone(struct pvrt_ring *r)
+{
+	uint64_t h = __atomic_load_n(&r->head, __ATOMIC_RELAXED);
+	for (; r->tail != h; h++) { /* only the owner writes tail */
+		struct pvrt_ringbuf *b = __atomic_load_n(&r->buf, __ATOMIC_RELAXED);
+		struct pvrt_ult *u = __atomic_load_n(&b->e[h & b->mask], __ATOMIC_RELAXED);
+		/* Acquire pairs with the release that made it READY: its context is saved. */
+		if (__atomic_load_n(&u->state, __ATOMIC_ACQUIRE) == ULT_READY) {
+			__atomic_store_n(&r->head, h + 1, __ATOMIC_RELAXED);
+			__atomic_store_n(&u->state, ULT_RUNNING, __ATOMIC_RELAXED);
+			return u;
+		}
+	}
+	__atomic_store_n(&r->head, h, __ATOMIC_RELAXED);
+	return NULL;
 }
 
 static inline bool pvrt_lock_try(struct pvrt_lock *l)
@@ -719,7 +725,7 @@ struct pvrt_ult *pvrt_local_next(struct pvrt_worker *w)
 		if (unlikely((++w->inj_tick & 15) == 0))
 			u = inject_pop(w, false);
 		if (!u)
-			u = ring_take(&w->ring, pvrt_rt.nw == 1);
+			u = pvrt_rt.nw == 1 ? ring_take_alone(&w->ring) : ring_take(&w->ring);
 		if (!u)
 			u = inject_pop(w, false);
 		if (!u)
@@ -742,7 +748,7 @@ struct pvrt_ult *pvrt_steal(struct pvrt_worker *w)
 		if ((unsigned)v == w->idx)
 			continue;
 		struct pvrt_worker *x = pvrt_rt.w[v];
-		struct pvrt_ult *u = ring_take(&x->ring, false);
+		struct pvrt_ult *u = ring_take(&x->ring);
 		if (!u)
 			u = inject_pop(x, true);
 		if (!u)

@@ -105,7 +105,11 @@ struct pvrt_ult {
 #if PVRT_INJECT_WFCQ
 	struct cds_wfcq_node qnode;
 #endif
-	struct pvrt_ult *chunk_next; /* unused; keeps descriptors of a chunk walkable */
+	/* In the global pool, in a batch's first descriptor (ult.c): the next batch, the batch's
+	 * last descriptor, its length and how many of them hold a stack. */
+	struct pvrt_ult *batch_next;
+	struct pvrt_ult *batch_last;
+	uint32_t batch_n, batch_ns;
 } PVRT_ALIGNED;
 
 /* ---- run queues ---- */
@@ -168,6 +172,7 @@ struct pvrt_worker {
 	unsigned inj_tick; /* local picks, to take the injection queue now and then */
 	uint64_t rng[2];
 	struct pvrt_ult *pool; /* free descriptors, most with their stacks */
+	struct pvrt_ult *pool_last;
 	unsigned npool;
 	unsigned nstacks; /* descriptors in pool that hold a stack */
 	void *hot;	  /* the default-size stack an exited ULT left warm here, or NULL */
@@ -257,7 +262,7 @@ struct pvrt_rt {
 	uint64_t foreign_ids;
 	/* Global descriptor pool and the chunks they live in. */
 	struct pvrt_lock plock PVRT_ALIGNED;
-	struct pvrt_ult *pool;
+	struct pvrt_ult *pool;	/* batches of free descriptors (ult.c) */
 	uint32_t nstacks;	/* descriptors in pool that hold a stack (plock; racy reads) */
 	uint64_t stacks_mapped; /* ULT stacks mapped now: running, pooled or hot (pvrt_stats) */
 	struct pvrt_chunk *chunks;

@@ -82,84 +82,108 @@ struct pvrt_chunk {
 /* Debuggers find every descriptor through this (tools/gdb/pvrt.py). */
 PVRT_HIDDEN struct pvrt_chunk *volatile pvrt_debug_chunks;
 
-static struct pvrt_ult *desc_get(struct pvrt_worker *w)
+/*
+ * Pools. A worker's pool is a list with its last element known; the global pool is a stack of
+ * batches (each a list whose first descriptor holds its last one, length and stack count), so
+ * moving a batch either way is O(1) under the lock: a worker that runs out takes a whole batch, a
+ * worker whose pool reaches twice PVRT_POOL_LOCAL gives back all but the PVRT_POOL_LOCAL most
+ * recent (still in its caches) as one batch, as Go moves Gs and stacks between a P's cache and
+ * the global one. Neither walks cold descriptors, so a burst of any size costs the same per ULT.
+ * Foreign threads take from and add to the top batch one descriptor at a time.
+ */
+static void gpool_push(struct pvrt_ult *first, struct pvrt_ult *last, unsigned n, unsigned ns)
 {
-	struct pvrt_ult *u;
-	if (w && w->pool) {
-		u = w->pool;
-		w->pool = u->qnext;
-		w->npool--;
-		w->nstacks -= u->stack != NULL;
-		return u;
-	}
-	pvrt_lock_acquire(&pvrt_rt.plock);
-	if (!pvrt_rt.pool) {
-		struct pvrt_chunk *c = pvrt_alloc(sizeof(*c));
-		if (!c) {
-			pvrt_lock_release(&pvrt_rt.plock);
-			return NULL;
-		}
-		c->n = CHUNK_ULTS;
-		c->next = pvrt_rt.chunks;
-		pvrt_rt.chunks = c;
-		pvrt_debug_chunks = c;
-		for (unsigned i = 0; i < CHUNK_ULTS; i++) {
-			c->u[i].qnext = pvrt_rt.pool;
-			pvrt_rt.pool = &c->u[i];
-		}
-	}
-	u = pvrt_rt.pool;
-	pvrt_rt.pool = u->qnext;
+	last->qnext = NULL;
+	first->batch_next = pvrt_rt.pool;
+	first->batch_last = last;
+	first->batch_n = n;
+	first->batch_ns = ns;
+	pvrt_rt.pool = first;
 	/* Atomic (under plock): pvrt_stacks_trim reads it without the lock. */
-	if (u->stack)
-		__atomic_fetch_sub(&pvrt_rt.nstacks, 1, __ATOMIC_RELAXED);
-	/* Refill the worker's pool in one go so the lock is rare. */
-	if (w) {
-		for (unsigned i = 0; i < PVRT_POOL_LOCAL && pvrt_rt.pool; i++) {
-			struct pvrt_ult *x = pvrt_rt.pool;
-			pvrt_rt.pool = x->qnext;
-			x->qnext = w->pool;
-			w->pool = x;
-			w->npool++;
-			if (x->stack) {
-				__atomic_fetch_sub(&pvrt_rt.nstacks, 1, __ATOMIC_RELAXED);
-				w->nstacks++;
-			}
+	__atomic_fetch_add(&pvrt_rt.nstacks, ns, __ATOMIC_RELAXED);
+}
+
+/* A new chunk's descriptors as a list; NULL without memory. Under plock. */
+static struct pvrt_ult *chunk_new(void)
+{
+	struct pvrt_chunk *c = pvrt_alloc(sizeof(*c));
+	if (!c)
+		return NULL;
+	c->n = CHUNK_ULTS;
+	c->next = pvrt_rt.chunks;
+	pvrt_rt.chunks = c;
+	pvrt_debug_chunks = c;
+	for (unsigned i = 0; i + 1 < CHUNK_ULTS; i++)
+		c->u[i].qnext = &c->u[i + 1];
+	c->u[CHUNK_ULTS - 1].qnext = NULL;
+	return &c->u[0];
+}
+
+static __attribute__((noinline)) struct pvrt_ult *desc_get_slow(struct pvrt_worker *w)
+{
+	pvrt_lock_acquire(&pvrt_rt.plock);
+	struct pvrt_ult *b = pvrt_rt.pool, *u;
+	if (b) {
+		__atomic_fetch_sub(&pvrt_rt.nstacks, b->batch_ns, __ATOMIC_RELAXED);
+		pvrt_rt.pool = b->batch_next;
+		u = b;
+		if (w) { /* the whole batch: the rest is the worker's pool */
+			w->pool = b->qnext;
+			w->pool_last = w->pool ? b->batch_last : NULL;
+			w->npool = b->batch_n - 1;
+			w->nstacks = b->batch_ns - (b->stack != NULL);
+		} else if (b->batch_n > 1) { /* one: the rest stays a batch */
+			gpool_push(b->qnext, b->batch_last, b->batch_n - 1,
+				   b->batch_ns - (b->stack != NULL));
+		}
+	} else {
+		u = chunk_new();
+		if (u && w) {
+			w->pool = u->qnext;
+			w->pool_last = &pvrt_rt.chunks->u[CHUNK_ULTS - 1];
+			w->npool = CHUNK_ULTS - 1;
+			w->nstacks = 0;
+		} else if (u) {
+			gpool_push(u->qnext, &pvrt_rt.chunks->u[CHUNK_ULTS - 1], CHUNK_ULTS - 1, 0);
 		}
 	}
 	pvrt_lock_release(&pvrt_rt.plock);
 	return u;
 }
 
-/*
- * The worker's pool reached twice its size: move the older half (with their stacks) to the
- * global pool in one lock section, as Go moves Gs and stacks between a P's cache and the global
- * one in batches. So a worker that frees many more descriptors than it takes (its ULTs were
- * created elsewhere) takes the lock once per PVRT_POOL_LOCAL of them, and a batch of any size
- * costs the same per ULT.
- */
+static inline struct pvrt_ult *desc_get(struct pvrt_worker *w)
+{
+	struct pvrt_ult *u;
+	if (likely(w && w->pool)) {
+		u = w->pool;
+		w->pool = u->qnext;
+		if (!w->pool)
+			w->pool_last = NULL;
+		w->npool--;
+		w->nstacks -= u->stack != NULL;
+		return u;
+	}
+	return desc_get_slow(w);
+}
+
+/* The worker's pool reached twice PVRT_POOL_LOCAL: all but the most recent PVRT_POOL_LOCAL go
+ * to the global pool as one batch (the walk is over the recent, warm ones). */
 static __attribute__((noinline)) void pool_spill(struct pvrt_worker *w)
 {
-	struct pvrt_ult *keep = w->pool, *last = keep;
-	unsigned ks = keep->stack != NULL;
+	struct pvrt_ult *last = w->pool;
+	unsigned ks = last->stack != NULL;
 	for (unsigned i = 1; i < PVRT_POOL_LOCAL; i++) {
 		last = last->qnext;
 		ks += last->stack != NULL;
 	}
-	struct pvrt_ult *first = last->qnext, *end = first;
-	unsigned n = 1, ns = first->stack != NULL;
-	while (end->qnext) {
-		end = end->qnext;
-		n++;
-		ns += end->stack != NULL;
-	}
+	struct pvrt_ult *first = last->qnext, *end = w->pool_last;
+	unsigned n = w->npool - PVRT_POOL_LOCAL, ns = w->nstacks - ks;
 	last->qnext = NULL;
-	w->npool -= n;
+	w->pool_last = last;
+	w->npool = PVRT_POOL_LOCAL;
 	w->nstacks = ks;
 	pvrt_lock_acquire(&pvrt_rt.plock);
-	end->qnext = pvrt_rt.pool;
-	pvrt_rt.pool = first;
-	__atomic_fetch_add(&pvrt_rt.nstacks, ns, __ATOMIC_RELAXED);
+	gpool_push(first, end, n, ns);
 	pvrt_lock_release(&pvrt_rt.plock);
 }
 
@@ -169,6 +193,8 @@ static void desc_put(struct pvrt_worker *w, struct pvrt_ult *u)
 	 * its claim fail, and the next owner initialises the descriptor before it is published. */
 	__atomic_store_n(&u->state, ULT_FREE, __ATOMIC_RELAXED);
 	if (likely(w)) {
+		if (!w->pool)
+			w->pool_last = u;
 		u->qnext = w->pool;
 		w->pool = u;
 		w->npool++;
@@ -178,10 +204,15 @@ static void desc_put(struct pvrt_worker *w, struct pvrt_ult *u)
 		return;
 	}
 	pvrt_lock_acquire(&pvrt_rt.plock);
-	u->qnext = pvrt_rt.pool;
-	pvrt_rt.pool = u;
-	if (u->stack)
-		__atomic_fetch_add(&pvrt_rt.nstacks, 1, __ATOMIC_RELAXED);
+	struct pvrt_ult *b = pvrt_rt.pool;
+	if (b && b->batch_n < PVRT_POOL_LOCAL) { /* u becomes the top batch's first */
+		pvrt_rt.pool = b->batch_next;
+		__atomic_fetch_sub(&pvrt_rt.nstacks, b->batch_ns, __ATOMIC_RELAXED);
+		u->qnext = b;
+		gpool_push(u, b->batch_last, b->batch_n + 1, b->batch_ns + (u->stack != NULL));
+	} else {
+		gpool_push(u, u, 1, u->stack != NULL);
+	}
 	pvrt_lock_release(&pvrt_rt.plock);
 }
 
@@ -334,7 +365,7 @@ void pvrt_stacks_trim(struct pvrt_worker *w, bool global)
 	}
 	if (!global || !__atomic_load_n(&pvrt_rt.nstacks, __ATOMIC_RELAXED))
 		return;
-	/* Detach the list so that creators (foreign threads) need not wait for the unmapping;
+	/* Detach the batches so that creators (foreign threads) need not wait for the unmapping;
 	 * meanwhile they find the pool empty and allocate a chunk. */
 	pvrt_lock_acquire(&pvrt_rt.plock);
 	struct pvrt_ult *list = pvrt_rt.pool;
@@ -343,12 +374,14 @@ void pvrt_stacks_trim(struct pvrt_worker *w, bool global)
 	pvrt_lock_release(&pvrt_rt.plock);
 	if (!list)
 		return;
-	stacks_free_list(list, 0);
 	struct pvrt_ult *last = list;
-	while (last->qnext)
-		last = last->qnext;
+	for (struct pvrt_ult *b = list; b; b = b->batch_next) {
+		stacks_free_list(b, 0);
+		b->batch_ns = 0;
+		last = b;
+	}
 	pvrt_lock_acquire(&pvrt_rt.plock);
-	last->qnext = pvrt_rt.pool;
+	last->batch_next = pvrt_rt.pool;
 	pvrt_rt.pool = list;
 	pvrt_lock_release(&pvrt_rt.plock);
 }

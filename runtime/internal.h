@@ -74,8 +74,8 @@ struct pvrt_worker;
 struct pvrt_m;
 
 struct pvrt_ult {
-	/* What create, the first run, exit and join touch comes first (two cache lines): a batch
-	 * of thousands of ULTs lives in the caches that much longer. */
+	/* What create, the first run, exit and join touch comes first (under three cache lines of
+	 * the four): a batch of thousands of ULTs lives in the caches that much longer. */
 	struct pvrt_ctxrec ctx;
 	uint32_t state; /* enum pvrt_ult_state; atomic */
 	uint32_t flags;

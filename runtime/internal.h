@@ -316,18 +316,26 @@ void pvrt_m_lost(struct pvrt_m *m) PVRT_HIDDEN;
  * The M side is a plain store and load: sysmon's side has the fence (membarrier), else a fence
  * here (only while hand-offs are on).
  */
-static inline int pvrt_rt_enter(void)
+/* Raise m's depth; true if m lost its worker meanwhile (the caller then calls pvrt_m_lost). */
+static inline bool pvrt_rt_depth_up(struct pvrt_m *m, uint32_t *depth)
 {
-	struct pvrt_m *m = pvrt_tls_m;
-	if (!m)
-		return -1;
 	uint32_t d = __atomic_load_n(&m->inrt, __ATOMIC_RELAXED);
 	__atomic_store_n(&m->inrt, d + 1, __ATOMIC_RELAXED);
 	if (unlikely(pvrt_rt.entry_fence))
 		__atomic_thread_fence(__ATOMIC_SEQ_CST);
 	else
 		__atomic_signal_fence(__ATOMIC_SEQ_CST);
-	if (unlikely(__atomic_load_n(&m->lost, __ATOMIC_ACQUIRE)))
+	*depth = d;
+	return unlikely(__atomic_load_n(&m->lost, __ATOMIC_ACQUIRE));
+}
+
+static inline int pvrt_rt_enter(void)
+{
+	struct pvrt_m *m = pvrt_tls_m;
+	if (!m)
+		return -1;
+	uint32_t d;
+	if (pvrt_rt_depth_up(m, &d))
 		pvrt_m_lost(m);
 	return (int)d;
 }
@@ -366,14 +374,10 @@ static inline void pvrt_rt_nsw_begin(struct pvrt_rt_nsw *s)
 	s->depth = -1;
 	if (!m)
 		return;
-	uint32_t d = __atomic_load_n(&m->inrt, __ATOMIC_RELAXED);
-	__atomic_store_n(&m->inrt, d + 1, __ATOMIC_RELAXED);
-	if (unlikely(pvrt_rt.entry_fence))
-		__atomic_thread_fence(__ATOMIC_SEQ_CST);
-	else
-		__atomic_signal_fence(__ATOMIC_SEQ_CST);
+	uint32_t d;
+	bool lost = pvrt_rt_depth_up(m, &d);
 	s->depth = (int)d;
-	if (unlikely(__atomic_load_n(&m->lost, __ATOMIC_ACQUIRE))) {
+	if (lost) {
 		pvrt_m_lost(m);
 		s->m = NULL;
 	}

@@ -74,52 +74,68 @@ struct pvrt_worker;
 struct pvrt_m;
 
 struct pvrt_ult {
+	/* What create, the first run, exit and join touch comes first (under three cache lines of
+	 * the four): a batch of thousands of ULTs lives in the caches that much longer. */
 	struct pvrt_ctxrec ctx;
 	uint32_t state; /* enum pvrt_ult_state; atomic */
 	uint32_t flags;
-	int bound; /* worker it must run on, or -1 */
-	int last;  /* worker it last ran on, or -1 */
+	int bound;	 /* worker it must run on, or -1 */
+	int last;	 /* worker it last ran on, or -1 */
+	uint32_t join;	 /* futex word: 0 running, 1 exited, 2 someone waits, 3 detached (ult.c) */
+	uint32_t cancel; /* M:N (locks/mn.c): futex word, 1 once pthread_cancel'led */
 	uint64_t id;
 	void *(*fn)(void *);
 	void *arg;
 	void *ret;
-	uint32_t join; /* futex word: 0 running, 1 exited, 2 running and someone waits */
-	uint32_t refs; /* handle + the ULT itself; the last one returns the descriptor */
-	void *stack;   /* mapping (guard pages at its bottom), NULL for the primary */
+	void *stack; /* mapping (guard pages at its bottom), NULL for the primary */
 	size_t stack_len;
 	size_t guard;	  /* guard bytes at the bottom of the mapping */
 	void *tp;	  /* own thread pointer (TCB, tls.c), NULL: the worker's */
+	uint64_t fpstate; /* until the first run (ctx.sp NULL): the creator's, for the frame */
+	struct pvrt_keyvals *keys;
+	struct pvrt_ult *qnext; /* injection list (TSan builds), pool free list */
+	unsigned vg_id;
+	/* Rarely used. */
 	uint64_t sigmask; /* with own TLS: its signal mask, loaded when it runs (kernel sigset) */
 	void *stack_top;  /* with own TLS: the stack's end, below the TLS blocks */
-	unsigned vg_id;
-	void *fresh_sp; /* until the first run (ctx.sp NULL): the initial frame's sp in 'frame' */
-	_Alignas(16) unsigned char frame[PVRT_CTX_FRAME];
-	struct pvrt_keyvals *keys;
 	const void *wait_addr; /* what it waits on (debugging; M:N cancellation wakes it) */
-	uint32_t cancel;       /* M:N (locks/mn.c): futex word, 1 once pthread_cancel'led */
-	void *cancel_cond;     /* M:N: the condvar it waits on, for pthread_cancel */
+	void *cancel_cond;     /* M:N: the condvar it waits on (NULL outside such a wait) */
+	uint64_t name_id;      /* M:N: 'name' is this ULT's if name_id == id (no reset at create) */
 	char name[16];	       /* M:N: pthread_setname_np */
 #if PVRT_INJECT_WFCQ
 	struct cds_wfcq_node qnode;
 #endif
-	struct pvrt_ult *qnext;	     /* injection list (TSan builds), pool free list */
-	struct pvrt_ult *chunk_next; /* unused; keeps descriptors of a chunk walkable */
+	/* In the global pool, in a batch's first descriptor (ult.c): the next batch, the batch's
+	 * last descriptor, its length and how many of them hold a stack. */
+	struct pvrt_ult *batch_next;
+	struct pvrt_ult *batch_last;
+	uint32_t batch_n, batch_ns;
 } PVRT_ALIGNED;
 
 /* ---- run queues ---- */
-#define PVRT_RING_SIZE 256u /* power of two */
+#define PVRT_RING_SIZE 256u /* first capacity (a power of two); the ring doubles when full */
+
+/* A ring's entries; 'prev' chains the buffers it outgrew (freed at finalize: a thief may still
+ * read one). */
+struct pvrt_ringbuf {
+	uint64_t mask; /* capacity - 1 */
+	struct pvrt_ringbuf *prev;
+	struct pvrt_ult *e[];
+};
 
 /*
  * The local queue: single producer (the owner), multiple consumers (the owner and thieves), FIFO.
  * Consumers CAS head; the owner publishes at tail. Entries may be stale (see ult.c: claim by
  * CAS on the ULT's state), which is why descriptors are type-stable (never returned to the
- * allocator while the runtime runs).
+ * allocator while the runtime runs). The owner doubles the buffer when it is full (as a
+ * Chase-Lev deque grows), so a burst of N creates never spills into the injection queue.
  */
 struct pvrt_ring {
 	uint64_t head PVRT_ALIGNED;
 	uint64_t tail PVRT_ALIGNED;
-	struct pvrt_ult *buf[PVRT_RING_SIZE];
+	struct pvrt_ringbuf *buf; /* atomic: the owner replaces it when it grows; NULL: none yet */
 };
+void pvrt_ring_fini(struct pvrt_ring *r) PVRT_HIDDEN;
 
 /* The remote injection queue: any thread enqueues (wait-free); consumers hold 'lock'. */
 struct pvrt_inject {
@@ -156,6 +172,7 @@ struct pvrt_worker {
 	unsigned inj_tick; /* local picks, to take the injection queue now and then */
 	uint64_t rng[2];
 	struct pvrt_ult *pool; /* free descriptors, most with their stacks */
+	struct pvrt_ult *pool_last;
 	unsigned npool;
 	unsigned nstacks; /* descriptors in pool that hold a stack */
 	void *hot;	  /* the default-size stack an exited ULT left warm here, or NULL */
@@ -238,14 +255,16 @@ struct pvrt_rt {
 	uint64_t timer_slack; /* ns a timer may fire late, to share fires */
 	struct pvrt_ult *primary;
 	uint32_t stop;
-	uint32_t nlive PVRT_ALIGNED;	  /* ULTs other than the primary; futex word */
+	uint32_t nlive PVRT_ALIGNED; /* ULTs other than the primary; futex word */
+	uint32_t nlive_waiters;	     /* threads waiting for nlive to drop to 0 (exits wake them) */
 	uint32_t nparked PVRT_ALIGNED;	  /* workers with park_word == 1 */
 	uint32_t nsearching PVRT_ALIGNED; /* workers halt-polling */
 	uint64_t foreign_ids;
 	/* Global descriptor pool and the chunks they live in. */
 	struct pvrt_lock plock PVRT_ALIGNED;
-	struct pvrt_ult *pool;
-	uint32_t nstacks; /* descriptors in pool that hold a stack (plock; racy reads) */
+	struct pvrt_ult *pool;	/* batches of free descriptors (ult.c) */
+	uint32_t nstacks;	/* descriptors in pool that hold a stack (plock; racy reads) */
+	uint64_t stacks_mapped; /* ULT stacks mapped now: running, pooled or hot (pvrt_stats) */
 	struct pvrt_chunk *chunks;
 	uint64_t foreign_rng[2];
 	int segv_installed;
@@ -297,18 +316,26 @@ void pvrt_m_lost(struct pvrt_m *m) PVRT_HIDDEN;
  * The M side is a plain store and load: sysmon's side has the fence (membarrier), else a fence
  * here (only while hand-offs are on).
  */
-static inline int pvrt_rt_enter(void)
+/* Raise m's depth; true if m lost its worker meanwhile (the caller then calls pvrt_m_lost). */
+static inline bool pvrt_rt_depth_up(struct pvrt_m *m, uint32_t *depth)
 {
-	struct pvrt_m *m = pvrt_tls_m;
-	if (!m)
-		return -1;
 	uint32_t d = __atomic_load_n(&m->inrt, __ATOMIC_RELAXED);
 	__atomic_store_n(&m->inrt, d + 1, __ATOMIC_RELAXED);
 	if (unlikely(pvrt_rt.entry_fence))
 		__atomic_thread_fence(__ATOMIC_SEQ_CST);
 	else
 		__atomic_signal_fence(__ATOMIC_SEQ_CST);
-	if (unlikely(__atomic_load_n(&m->lost, __ATOMIC_ACQUIRE)))
+	*depth = d;
+	return unlikely(__atomic_load_n(&m->lost, __ATOMIC_ACQUIRE));
+}
+
+static inline int pvrt_rt_enter(void)
+{
+	struct pvrt_m *m = pvrt_tls_m;
+	if (!m)
+		return -1;
+	uint32_t d;
+	if (pvrt_rt_depth_up(m, &d))
 		pvrt_m_lost(m);
 	return (int)d;
 }
@@ -329,6 +356,45 @@ static inline void pvrt_rt_scope_end(int *depth)
 /* The rest of the enclosing block is a runtime section. */
 #define PVRT_RT_SCOPE()                                                                            \
 	int pvrt_rt_depth_ __attribute__((cleanup(pvrt_rt_scope_end), unused)) = pvrt_rt_enter()
+
+/*
+ * A runtime section that never switches contexts (create, join of an exited ULT) ends on the M
+ * it began on, so its end restores the depth there without the call that re-reads the thread's
+ * M. If the start found its M lost (and moved to another thread), the end is the usual one.
+ */
+struct pvrt_rt_nsw {
+	struct pvrt_m *m;
+	int depth;
+};
+
+static inline void pvrt_rt_nsw_begin(struct pvrt_rt_nsw *s)
+{
+	struct pvrt_m *m = pvrt_tls_m;
+	s->m = m;
+	s->depth = -1;
+	if (!m)
+		return;
+	uint32_t d;
+	bool lost = pvrt_rt_depth_up(m, &d);
+	s->depth = (int)d;
+	if (lost) {
+		pvrt_m_lost(m);
+		s->m = NULL;
+	}
+}
+
+static inline void pvrt_rt_nsw_end(struct pvrt_rt_nsw *s)
+{
+	if (likely(s->m)) /* release: as pvrt_rt_leave_slow */
+		__atomic_store_n(&s->m->inrt, (uint32_t)s->depth, __ATOMIC_RELEASE);
+	else
+		pvrt_rt_leave(s->depth);
+}
+
+/* The rest of the enclosing block is a runtime section in which no switch happens. */
+#define PVRT_RT_SCOPE_NOSWITCH()                                                                   \
+	struct pvrt_rt_nsw pvrt_rt_nsw_ __attribute__((cleanup(pvrt_rt_nsw_end)));                 \
+	pvrt_rt_nsw_begin(&pvrt_rt_nsw_)
 
 /* ---- preempt.c ---- */
 int pvrt_preempt_init(void) PVRT_HIDDEN;
@@ -367,6 +433,8 @@ void pvrt_switch(struct pvrt_worker *w, struct pvrt_ctxrec *from, struct pvrt_ul
 void pvrt_after_switch(void) PVRT_HIDDEN;
 void pvrt_wake_worker(unsigned i) PVRT_HIDDEN;
 void pvrt_pool_fini(void) PVRT_HIDDEN;
+/* Wait until every ULT but the primary has exited (finalize, the M:N main thread's exit). */
+void pvrt_wait_nlive_zero(void) PVRT_HIDDEN;
 /* Free pooled stacks of w beyond PVRT_STACK_KEEP, and with global those of the global pool
  * (w's owner, about to park). */
 void pvrt_stacks_trim(struct pvrt_worker *w, bool global) PVRT_HIDDEN;

@@ -130,12 +130,7 @@ static void *entry(void *(*fn)(void *), void *arg)
  * unwound: worker 0's kernel thread must stay.) */
 __attribute__((noreturn)) static void primary_exit(void)
 {
-	for (;;) {
-		uint32_t n = __atomic_load_n(&pvrt_rt.nlive, __ATOMIC_ACQUIRE);
-		if (!n)
-			break;
-		rt_futex_wait(&pvrt_rt.nlive, n, CLOCK_MONOTONIC, NULL);
-	}
+	pvrt_wait_nlive_zero();
 	exit(0);
 }
 
@@ -427,6 +422,7 @@ EXPORT int pthread_setname_np(pthread_t t, const char *name)
 	if (n >= sizeof(u->name))
 		return ERANGE;
 	memcpy(u->name, name, n + 1);
+	u->name_id = u->id; /* a reused descriptor's old name is not this ULT's */
 	return 0;
 }
 
@@ -435,7 +431,7 @@ EXPORT int pthread_getname_np(pthread_t t, char *buf, size_t len)
 	struct pvrt_ult *u = ult_of(t);
 	if (!u)
 		return REAL(pthread_getname_np, t, buf, len);
-	size_t n = strnlen(u->name, sizeof(u->name) - 1);
+	size_t n = u->name_id == u->id ? strnlen(u->name, sizeof(u->name) - 1) : 0;
 	if (len < n + 1)
 		return ERANGE;
 	memcpy(buf, u->name, n);

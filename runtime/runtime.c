@@ -542,6 +542,7 @@ static void free_workers(unsigned n)
 		if (w->hot)
 			pvrt_stack_free(w->hot, pvrt_rt.stack_size, w->hot_vg);
 		pvrt_timers_fini(w);
+		pvrt_ring_fini(&w->ring);
 		pvrt_free(w, sizeof(*w));
 	}
 	pvrt_free(pvrt_rt.w, pvrt_rt.nw * sizeof(*pvrt_rt.w));
@@ -778,11 +779,7 @@ int pvrt_finalize(void)
 	 * primary's own key values are destroyed, as if it exited (their destructors may still
 	 * use the runtime, so wait again afterwards). */
 	for (;;) {
-		uint32_t n = __atomic_load_n(&pvrt_rt.nlive, __ATOMIC_ACQUIRE);
-		if (n) {
-			rt_futex_wait(&pvrt_rt.nlive, n, CLOCK_MONOTONIC, NULL);
-			continue;
-		}
+		pvrt_wait_nlive_zero();
 		if (!pvrt_rt.primary->keys)
 			break;
 		pvrt_keys_run_destructors(&pvrt_rt.primary->keys);
@@ -856,8 +853,10 @@ int pvrt_stats_read(struct pvrt_stats *out, size_t size)
 	int r = 0;
 	if (!__atomic_load_n(&pvrt_rt.running, __ATOMIC_ACQUIRE))
 		r = pvrt_fail(-ENXIO, "pvrt_stats_read: the runtime is not running");
-	else
+	else {
 		sum_workers(&st, 0, pvrt_rt.nw);
+		st.stacks = __atomic_load_n(&pvrt_rt.stacks_mapped, __ATOMIC_RELAXED);
+	}
 	out->size = (uint32_t)os_sized_out(out, size, &st, sizeof(st));
 	return r;
 }

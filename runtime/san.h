@@ -13,6 +13,7 @@
 #include <stddef.h>
 
 #if defined(PVRT_ASAN)
+#include <sanitizer/asan_interface.h>
 #include <sanitizer/common_interface_defs.h>
 #endif
 #if defined(PVRT_TSAN)
@@ -99,6 +100,22 @@ static inline void pvrt_san_stack_deregister(unsigned id)
 	VALGRIND_STACK_DEREGISTER(id);
 #else
 	(void)id;
+#endif
+}
+
+/*
+ * A stack freshly mapped: ASan keeps the shadow of unmapped memory, so a new stack at the address
+ * of an old one (the scheduler stack of the previous pvrt_init, a ULT stack given back when idle)
+ * would inherit the redzones of frames that never returned there (the contexts abandoned at
+ * their last switch) and report accesses of new frames to them.
+ */
+static inline void pvrt_san_stack_fresh(void *lo, size_t len)
+{
+#if defined(PVRT_ASAN)
+	__asan_unpoison_memory_region(lo, len);
+#else
+	(void)lo;
+	(void)len;
 #endif
 }
 

@@ -82,53 +82,109 @@ struct pvrt_chunk {
 /* Debuggers find every descriptor through this (tools/gdb/pvrt.py). */
 PVRT_HIDDEN struct pvrt_chunk *volatile pvrt_debug_chunks;
 
-static struct pvrt_ult *desc_get(struct pvrt_worker *w)
+/*
+ * Pools. A worker's pool is a list with its last element known; the global pool is a stack of
+ * batches (each a list whose first descriptor holds its last one, length and stack count), so
+ * moving a batch either way is O(1) under the lock: a worker that runs out takes a whole batch, a
+ * worker whose pool reaches twice PVRT_POOL_LOCAL gives back all but the PVRT_POOL_LOCAL most
+ * recent (still in its caches) as one batch, as Go moves Gs and stacks between a P's cache and
+ * the global one. Neither walks cold descriptors, so a burst of any size costs the same per ULT.
+ * Foreign threads take from and add to the top batch one descriptor at a time.
+ */
+static void gpool_push(struct pvrt_ult *first, struct pvrt_ult *last, unsigned n, unsigned ns)
 {
-	struct pvrt_ult *u;
-	if (w && w->pool) {
-		u = w->pool;
-		w->pool = u->qnext;
-		w->npool--;
-		w->nstacks -= u->stack != NULL;
-		return u;
-	}
-	pvrt_lock_acquire(&pvrt_rt.plock);
-	if (!pvrt_rt.pool) {
-		struct pvrt_chunk *c = pvrt_alloc(sizeof(*c));
-		if (!c) {
-			pvrt_lock_release(&pvrt_rt.plock);
-			return NULL;
-		}
-		c->n = CHUNK_ULTS;
-		c->next = pvrt_rt.chunks;
-		pvrt_rt.chunks = c;
-		pvrt_debug_chunks = c;
-		for (unsigned i = 0; i < CHUNK_ULTS; i++) {
-			c->u[i].qnext = pvrt_rt.pool;
-			pvrt_rt.pool = &c->u[i];
-		}
-	}
-	u = pvrt_rt.pool;
-	pvrt_rt.pool = u->qnext;
+	last->qnext = NULL;
+	first->batch_next = pvrt_rt.pool;
+	first->batch_last = last;
+	first->batch_n = n;
+	first->batch_ns = ns;
+	pvrt_rt.pool = first;
 	/* Atomic (under plock): pvrt_stacks_trim reads it without the lock. */
-	if (u->stack)
-		__atomic_fetch_sub(&pvrt_rt.nstacks, 1, __ATOMIC_RELAXED);
-	/* Refill the worker's pool in one go so the lock is rare. */
-	if (w) {
-		for (unsigned i = 0; i < PVRT_POOL_LOCAL / 2 && pvrt_rt.pool; i++) {
-			struct pvrt_ult *x = pvrt_rt.pool;
-			pvrt_rt.pool = x->qnext;
-			x->qnext = w->pool;
-			w->pool = x;
-			w->npool++;
-			if (x->stack) {
-				__atomic_fetch_sub(&pvrt_rt.nstacks, 1, __ATOMIC_RELAXED);
-				w->nstacks++;
-			}
+	__atomic_fetch_add(&pvrt_rt.nstacks, ns, __ATOMIC_RELAXED);
+}
+
+/* A new chunk's descriptors as a list; NULL without memory. Under plock. */
+static struct pvrt_ult *chunk_new(void)
+{
+	struct pvrt_chunk *c = pvrt_alloc(sizeof(*c));
+	if (!c)
+		return NULL;
+	c->n = CHUNK_ULTS;
+	c->next = pvrt_rt.chunks;
+	pvrt_rt.chunks = c;
+	pvrt_debug_chunks = c;
+	for (unsigned i = 0; i + 1 < CHUNK_ULTS; i++)
+		c->u[i].qnext = &c->u[i + 1];
+	c->u[CHUNK_ULTS - 1].qnext = NULL;
+	return &c->u[0];
+}
+
+static __attribute__((noinline)) struct pvrt_ult *desc_get_slow(struct pvrt_worker *w)
+{
+	pvrt_lock_acquire(&pvrt_rt.plock);
+	struct pvrt_ult *b = pvrt_rt.pool, *u;
+	if (b) {
+		__atomic_fetch_sub(&pvrt_rt.nstacks, b->batch_ns, __ATOMIC_RELAXED);
+		pvrt_rt.pool = b->batch_next;
+		u = b;
+		if (w) { /* the whole batch: the rest is the worker's pool */
+			w->pool = b->qnext;
+			w->pool_last = w->pool ? b->batch_last : NULL;
+			w->npool = b->batch_n - 1;
+			w->nstacks = b->batch_ns - (b->stack != NULL);
+		} else if (b->batch_n > 1) { /* one: the rest stays a batch */
+			gpool_push(b->qnext, b->batch_last, b->batch_n - 1,
+				   b->batch_ns - (b->stack != NULL));
+		}
+	} else {
+		u = chunk_new();
+		if (u && w) {
+			w->pool = u->qnext;
+			w->pool_last = &pvrt_rt.chunks->u[CHUNK_ULTS - 1];
+			w->npool = CHUNK_ULTS - 1;
+			w->nstacks = 0;
+		} else if (u) {
+			gpool_push(u->qnext, &pvrt_rt.chunks->u[CHUNK_ULTS - 1], CHUNK_ULTS - 1, 0);
 		}
 	}
 	pvrt_lock_release(&pvrt_rt.plock);
 	return u;
+}
+
+static inline struct pvrt_ult *desc_get(struct pvrt_worker *w)
+{
+	struct pvrt_ult *u;
+	if (likely(w && w->pool)) {
+		u = w->pool;
+		w->pool = u->qnext;
+		if (!w->pool)
+			w->pool_last = NULL;
+		w->npool--;
+		w->nstacks -= u->stack != NULL;
+		return u;
+	}
+	return desc_get_slow(w);
+}
+
+/* The worker's pool reached twice PVRT_POOL_LOCAL: all but the most recent PVRT_POOL_LOCAL go
+ * to the global pool as one batch (the walk is over the recent, warm ones). */
+static __attribute__((noinline)) void pool_spill(struct pvrt_worker *w)
+{
+	struct pvrt_ult *last = w->pool;
+	unsigned ks = last->stack != NULL;
+	for (unsigned i = 1; i < PVRT_POOL_LOCAL; i++) {
+		last = last->qnext;
+		ks += last->stack != NULL;
+	}
+	struct pvrt_ult *first = last->qnext, *end = w->pool_last;
+	unsigned n = w->npool - PVRT_POOL_LOCAL, ns = w->nstacks - ks;
+	last->qnext = NULL;
+	w->pool_last = last;
+	w->npool = PVRT_POOL_LOCAL;
+	w->nstacks = ks;
+	pvrt_lock_acquire(&pvrt_rt.plock);
+	gpool_push(first, end, n, ns);
+	pvrt_lock_release(&pvrt_rt.plock);
 }
 
 static void desc_put(struct pvrt_worker *w, struct pvrt_ult *u)
@@ -136,28 +192,43 @@ static void desc_put(struct pvrt_worker *w, struct pvrt_ult *u)
 	/* Relaxed: a stale ring entry may read the state concurrently; any value but READY makes
 	 * its claim fail, and the next owner initialises the descriptor before it is published. */
 	__atomic_store_n(&u->state, ULT_FREE, __ATOMIC_RELAXED);
-	if (w && w->npool < PVRT_POOL_LOCAL) {
+	if (likely(w)) {
+		if (!w->pool)
+			w->pool_last = u;
 		u->qnext = w->pool;
 		w->pool = u;
 		w->npool++;
 		w->nstacks += u->stack != NULL;
+		if (unlikely(w->npool >= 2 * PVRT_POOL_LOCAL))
+			pool_spill(w);
 		return;
 	}
 	pvrt_lock_acquire(&pvrt_rt.plock);
-	u->qnext = pvrt_rt.pool;
-	pvrt_rt.pool = u;
-	if (u->stack)
-		__atomic_fetch_add(&pvrt_rt.nstacks, 1, __ATOMIC_RELAXED);
+	struct pvrt_ult *b = pvrt_rt.pool;
+	if (b && b->batch_n < PVRT_POOL_LOCAL) { /* u becomes the top batch's first */
+		pvrt_rt.pool = b->batch_next;
+		__atomic_fetch_sub(&pvrt_rt.nstacks, b->batch_ns, __ATOMIC_RELAXED);
+		u->qnext = b;
+		gpool_push(u, b->batch_last, b->batch_n + 1, b->batch_ns + (u->stack != NULL));
+	} else {
+		gpool_push(u, u, 1, u->stack != NULL);
+	}
 	pvrt_lock_release(&pvrt_rt.plock);
 }
 
-/* Drop one reference (handle or the ULT's own); the last returns the descriptor (with its
- * stack, and with per-ULT TLS the TCB on it, which names the thread until the reuse). */
-static void desc_unref(struct pvrt_worker *w, struct pvrt_ult *u)
+void pvrt_wait_nlive_zero(void)
 {
-	/* Acq_rel: the last dropper must see everything the other did with the descriptor. */
-	if (__atomic_sub_fetch(&u->refs, 1, __ATOMIC_ACQ_REL) == 0)
-		desc_put(w, u);
+	/* Announce the wait, then read the count, both seq_cst; an exit lowers the count, then
+	 * reads the announcement (seq_cst): one sees the other, so either we read 0 or the exit
+	 * that makes it 0 wakes us (the futex re-checks the count under its bucket lock). */
+	__atomic_fetch_add(&pvrt_rt.nlive_waiters, 1, __ATOMIC_SEQ_CST);
+	for (;;) {
+		uint32_t n = __atomic_load_n(&pvrt_rt.nlive, __ATOMIC_SEQ_CST);
+		if (!n)
+			break;
+		rt_futex_wait(&pvrt_rt.nlive, n, CLOCK_MONOTONIC, NULL);
+	}
+	__atomic_fetch_sub(&pvrt_rt.nlive_waiters, 1, __ATOMIC_RELAXED);
 }
 
 void pvrt_pool_fini(void)
@@ -177,6 +248,7 @@ void pvrt_pool_fini(void)
 	pvrt_rt.chunks = NULL;
 	pvrt_rt.pool = NULL;
 	pvrt_rt.nstacks = 0;
+	pvrt_rt.stacks_mapped = 0;
 	pvrt_debug_chunks = NULL;
 }
 
@@ -205,6 +277,7 @@ int pvrt_stack_alloc(size_t len, size_t guard, void **out, unsigned *vg_id)
 		munmap(p, len);
 		return -e;
 	}
+	pvrt_san_stack_fresh((char *)p + guard, len - guard);
 	*vg_id = pvrt_san_stack_register((char *)p + guard, (char *)p + len);
 	*out = p;
 	return 0;
@@ -216,16 +289,34 @@ void pvrt_stack_free(void *stack, size_t len, unsigned vg_id)
 	munmap(stack, len);
 }
 
+/* ULT stacks, counted (pvrt_stats.stacks). */
+static int ult_stack_alloc(size_t len, size_t guard, void **out, unsigned *vg_id)
+{
+	int r = pvrt_stack_alloc(len, guard, out, vg_id);
+	if (!r)
+		__atomic_fetch_add(&pvrt_rt.stacks_mapped, 1, __ATOMIC_RELAXED);
+	return r;
+}
+
+static void ult_stack_free(void *stack, size_t len, unsigned vg_id)
+{
+	pvrt_stack_free(stack, len, vg_id);
+	__atomic_fetch_sub(&pvrt_rt.stacks_mapped, 1, __ATOMIC_RELAXED);
+}
+
 /*
  * A descriptor keeps its stack when it goes back to a pool, so a create takes both with one pop
  * and a program that starts many threads at once maps stacks only the first time: there is no
- * cache size to fall off. A create does not touch the stack either (the initial frame is built in
- * the descriptor), and a ULT's first run swaps its stack for the worker's hot one, which an exit
- * on that worker left warm (an exit swaps its stack in): N ULTs created, then run one after the
- * other, run on two warm stacks while the cold ones only change hands. So the cost per ULT stays
- * flat whatever N. The memory goes back when idle: a worker about to park frees the stacks of its
- * pool beyond PVRT_STACK_KEEP, and the last worker to park frees those of the global pool.
+ * cache size to fall off. A create does not touch the stack either (it keeps the creator's
+ * floating-point state; the initial frame is built at the first run), and a ULT's first run swaps
+ * its stack for the worker's hot one, which an exit on that worker left warm (an exit swaps its
+ * stack in): N ULTs created, then run one after the other, run on two warm stacks while the cold
+ * ones only change hands. So the cost per ULT stays flat whatever N. The memory goes back when
+ * idle: a worker about to park frees the stacks of its pool beyond PVRT_STACK_KEEP, and the last
+ * worker to park frees those of the global pool.
  */
+static void ult_entry(void *arg);
+
 static inline void swap_hot(struct pvrt_worker *w, struct pvrt_ult *u)
 {
 	if (u->stack_len != pvrt_rt.stack_size || !u->stack || u->tp)
@@ -238,18 +329,15 @@ static inline void swap_hot(struct pvrt_worker *w, struct pvrt_ult *u)
 	u->vg_id = vg;
 }
 
-/* Before the first switch to u: give it a stack (the warm one when there is one) and copy the
- * initial frame built at create below its top. */
+/* Before the first switch to u: give it a stack (the warm one when there is one) and build its
+ * initial frame there, with the floating-point state its creator had. */
 static void first_run(struct pvrt_worker *w, struct pvrt_ult *u)
 {
 	if (w->hot)
 		swap_hot(w, u);
-	size_t n = (size_t)(u->frame + sizeof(u->frame) - (unsigned char *)u->fresh_sp);
 	/* With TLS of its own the stack ends below the TLS blocks at its top (tls.c). */
 	char *end = u->tp ? (char *)u->stack_top : (char *)u->stack + u->stack_len;
-	unsigned char *top = (unsigned char *)((uintptr_t)end & ~(uintptr_t)15);
-	memcpy(top - n, u->fresh_sp, n);
-	u->ctx.sp = top - n;
+	u->ctx.sp = pvrt_ctx_make_fp(end, ult_entry, u, u->fpstate);
 	u->ctx.san.bottom = (char *)u->stack + u->guard;
 	u->ctx.san.size = (size_t)(end - (char *)u->ctx.san.bottom);
 }
@@ -263,7 +351,7 @@ static void stacks_free_list(struct pvrt_ult *u, unsigned keep)
 			keep--;
 			continue;
 		}
-		pvrt_stack_free(u->stack, u->stack_len, u->vg_id);
+		ult_stack_free(u->stack, u->stack_len, u->vg_id);
 		u->stack = NULL;
 		u->tp = NULL;
 	}
@@ -277,7 +365,7 @@ void pvrt_stacks_trim(struct pvrt_worker *w, bool global)
 	}
 	if (!global || !__atomic_load_n(&pvrt_rt.nstacks, __ATOMIC_RELAXED))
 		return;
-	/* Detach the list so that creators (foreign threads) need not wait for the unmapping;
+	/* Detach the batches so that creators (foreign threads) need not wait for the unmapping;
 	 * meanwhile they find the pool empty and allocate a chunk. */
 	pvrt_lock_acquire(&pvrt_rt.plock);
 	struct pvrt_ult *list = pvrt_rt.pool;
@@ -286,12 +374,14 @@ void pvrt_stacks_trim(struct pvrt_worker *w, bool global)
 	pvrt_lock_release(&pvrt_rt.plock);
 	if (!list)
 		return;
-	stacks_free_list(list, 0);
 	struct pvrt_ult *last = list;
-	while (last->qnext)
-		last = last->qnext;
+	for (struct pvrt_ult *b = list; b; b = b->batch_next) {
+		stacks_free_list(b, 0);
+		b->batch_ns = 0;
+		last = b;
+	}
 	pvrt_lock_acquire(&pvrt_rt.plock);
-	last->qnext = pvrt_rt.pool;
+	last->batch_next = pvrt_rt.pool;
 	pvrt_rt.pool = list;
 	pvrt_lock_release(&pvrt_rt.plock);
 }
@@ -314,23 +404,58 @@ static inline bool bound_elsewhere(const struct pvrt_ult *u, const struct pvrt_w
 
 /* ---------------------------------------------------------------- queues */
 
-/* Is there room for one more entry? Owner only; stays true until the owner pushes, since
- * consumers only ever move head forward. */
-static bool ring_room(struct pvrt_ring *r)
+/*
+ * Make room for one more entry (owner only): double the buffer when it is full. The new buffer
+ * gets the entries from head on and is published before any entry past the old capacity, so a
+ * consumer that read a tail (acquire) and then the buffer finds the entry it saw in either one:
+ * the old buffer is never written again. False only when the memory for a bigger one is missing.
+ * Stays true until the owner pushes, since consumers only ever move head forward.
+ */
+static __attribute__((noinline)) bool ring_grow(struct pvrt_ring *r, struct pvrt_ringbuf *b,
+						uint64_t h, uint64_t t)
+{
+	uint64_t cap = b ? 2 * (b->mask + 1) : PVRT_RING_SIZE;
+	struct pvrt_ringbuf *nb = pvrt_alloc(sizeof(*nb) + cap * sizeof(nb->e[0]));
+	if (!nb)
+		return false;
+	nb->mask = cap - 1;
+	nb->prev = b;
+	for (uint64_t i = h; b && i != t; i++)
+		nb->e[i & nb->mask] = __atomic_load_n(&b->e[i & b->mask], __ATOMIC_RELAXED);
+	/* Release: the copied entries are visible to whoever reads the new buffer. */
+	__atomic_store_n(&r->buf, nb, __ATOMIC_RELEASE);
+	return true;
+}
+
+static inline bool ring_reserve(struct pvrt_ring *r)
 {
 	/* Acquire: a consumer read the slot we may reuse before its CAS moved head past it. */
 	uint64_t h = __atomic_load_n(&r->head, __ATOMIC_ACQUIRE);
-	return r->tail - h < PVRT_RING_SIZE; /* only the owner writes tail */
+	struct pvrt_ringbuf *b = __atomic_load_n(&r->buf, __ATOMIC_RELAXED); /* only we write it */
+	uint64_t t = r->tail; /* only the owner writes tail */
+	if (likely(b && t - h <= b->mask))
+		return true;
+	return ring_grow(r, b, h, t);
 }
 
-/* Append u (owner only, after ring_room()). */
+/* Append u (owner only, after ring_reserve()). */
 static void ring_put(struct pvrt_ring *r, struct pvrt_ult *u)
 {
 	uint64_t t = r->tail;
-	__atomic_store_n(&r->buf[t & (PVRT_RING_SIZE - 1)], u, __ATOMIC_RELAXED);
+	struct pvrt_ringbuf *b = __atomic_load_n(&r->buf, __ATOMIC_RELAXED);
+	__atomic_store_n(&b->e[t & b->mask], u, __ATOMIC_RELAXED);
 	/* Release: publishes the slot (and the ULT's READY state and saved context) to consumers.
 	 */
 	__atomic_store_n(&r->tail, t + 1, __ATOMIC_RELEASE);
+}
+
+void pvrt_ring_fini(struct pvrt_ring *r)
+{
+	for (struct pvrt_ringbuf *b = r->buf, *p; b; b = p) {
+		p = b->prev;
+		pvrt_free(b, sizeof(*b) + (b->mask + 1) * sizeof(b->e[0]));
+	}
+	r->buf = NULL;
 }
 
 static inline bool ring_nonempty(const struct pvrt_ring *r)
@@ -344,12 +469,13 @@ static struct pvrt_ult *ring_pop(struct pvrt_ring *r)
 {
 	uint64_t h = __atomic_load_n(&r->head, __ATOMIC_RELAXED);
 	for (;;) {
-		/* Acquire pairs with ring_put's release of tail: the slot is written. */
+		/* Acquire pairs with ring_put's release of tail: the slot is written (and the
+		 * buffer that holds it published, see ring_reserve). */
 		uint64_t t = __atomic_load_n(&r->tail, __ATOMIC_ACQUIRE);
 		if ((int64_t)(t - h) <= 0)
 			return NULL;
-		struct pvrt_ult *u =
-		    __atomic_load_n(&r->buf[h & (PVRT_RING_SIZE - 1)], __ATOMIC_RELAXED);
+		struct pvrt_ringbuf *b = __atomic_load_n(&r->buf, __ATOMIC_ACQUIRE);
+		struct pvrt_ult *u = __atomic_load_n(&b->e[h & b->mask], __ATOMIC_RELAXED);
 		/*
 		 * The slot can only be overwritten after head moved past h, which makes this CAS
 		 * fail; so a successful CAS means u was the entry at h. Acq_rel: acquire orders
@@ -375,6 +501,25 @@ static struct pvrt_ult *ring_take(struct pvrt_ring *r)
 						__ATOMIC_RELAXED))
 			return u;
 	}
+}
+
+/* ring_take by the owner when it is the only consumer (one worker: nobody steals, and yield_to
+ * runs on workers), without the CAS on head or the claim. */
+static inline struct pvrt_ult *ring_take_alone(struct pvrt_ring *r)
+{
+	uint64_t h = __atomic_load_n(&r->head, __ATOMIC_RELAXED);
+	for (; r->tail != h; h++) { /* only the owner writes tail */
+		struct pvrt_ringbuf *b = __atomic_load_n(&r->buf, __ATOMIC_RELAXED);
+		struct pvrt_ult *u = __atomic_load_n(&b->e[h & b->mask], __ATOMIC_RELAXED);
+		/* Acquire pairs with the release that made it READY: its context is saved. */
+		if (__atomic_load_n(&u->state, __ATOMIC_ACQUIRE) == ULT_READY) {
+			__atomic_store_n(&r->head, h + 1, __ATOMIC_RELAXED);
+			__atomic_store_n(&u->state, ULT_RUNNING, __ATOMIC_RELAXED);
+			return u;
+		}
+	}
+	__atomic_store_n(&r->head, h, __ATOMIC_RELAXED);
+	return NULL;
 }
 
 static inline bool pvrt_lock_try(struct pvrt_lock *l)
@@ -543,6 +688,25 @@ static void inject_to(struct pvrt_worker *from, unsigned target, struct pvrt_ult
 }
 
 /* Queue a claimed or blocked ULT on w (the caller's worker) or where it is bound. */
+/* Queue u, claimed or fresh and free to run on w, on w's ring (its owner). */
+static inline __attribute__((always_inline)) void queue_local(struct pvrt_worker *w,
+							      struct pvrt_ult *u)
+{
+	/*
+	 * Decide on the ring before publishing READY: a stale ring entry elsewhere may claim u the
+	 * moment it is READY, so a READY ULT must not then also go into an injection queue.
+	 */
+	if (unlikely(!ring_reserve(&w->ring))) {
+		inject_push(w, u);
+		return;
+	}
+	/* Release: whoever claims it sees its saved context. */
+	__atomic_store_n(&u->state, ULT_READY, __ATOMIC_RELEASE);
+	ring_put(&w->ring, u);
+	if (unlikely(pvrt_rt.nw > 1))
+		notify_idle(w);
+}
+
 static void requeue(struct pvrt_worker *w, struct pvrt_ult *u)
 {
 	int b = ult_bound(u);
@@ -550,24 +714,11 @@ static void requeue(struct pvrt_worker *w, struct pvrt_ult *u)
 		inject_to(w, (unsigned)b, u);
 		return;
 	}
-	/*
-	 * Decide on the ring before publishing READY: a stale ring entry elsewhere may claim u the
-	 * moment it is READY, so a READY ULT must not then also go into an injection queue.
-	 */
-	if (!ring_room(&w->ring)) {
-		inject_push(w, u);
-		return;
-	}
-	/* Release: whoever claims it sees its saved context. */
-	__atomic_store_n(&u->state, ULT_READY, __ATOMIC_RELEASE);
-	ring_put(&w->ring, u);
-	notify_idle(w);
+	queue_local(w, u);
 }
 
-void pvrt_ult_ready(struct pvrt_ult *u)
+static void ult_ready(struct pvrt_worker *w, struct pvrt_ult *u)
 {
-	PVRT_RT_SCOPE();
-	struct pvrt_worker *w = rt_tls_worker;
 	unsigned target;
 	int b = ult_bound(u);
 	if (b >= 0) {
@@ -582,6 +733,12 @@ void pvrt_ult_ready(struct pvrt_ult *u)
 		requeue(w, u);
 	else
 		inject_to(w, target, u);
+}
+
+void pvrt_ult_ready(struct pvrt_ult *u)
+{
+	PVRT_RT_SCOPE();
+	ult_ready(rt_tls_worker, u);
 }
 
 /* A claimed ULT found in the wrong place (bound elsewhere): send it home. */
@@ -601,7 +758,7 @@ struct pvrt_ult *pvrt_local_next(struct pvrt_worker *w)
 		if (unlikely((++w->inj_tick & 15) == 0))
 			u = inject_pop(w, false);
 		if (!u)
-			u = ring_take(&w->ring);
+			u = pvrt_rt.nw == 1 ? ring_take_alone(&w->ring) : ring_take(&w->ring);
 		if (!u)
 			u = inject_pop(w, false);
 		if (!u)
@@ -815,6 +972,13 @@ int rt_worker_vcpu(void)
 
 /* ---------------------------------------------------------------- life cycle */
 
+/*
+ * The join word says who owns an exited ULT's descriptor, so neither side needs a reference
+ * count: 0 running, 2 running and a joiner waits, 3 running and detached (nobody will join), 1
+ * exited and off its stack. The exit stores 1 once it is off the stack (post_exit); a joiner that
+ * reads 1 owns the descriptor and returns it, an exit that finds 3 returns it, a detach that finds
+ * 1 returns it.
+ */
 static void post_exit(struct pvrt_worker *w, void *arg)
 {
 	struct pvrt_ult *u = arg;
@@ -826,7 +990,14 @@ static void post_exit(struct pvrt_worker *w, void *arg)
 	else
 		swap_hot(w, u);
 	pvrt_san_fiber_destroy(&u->ctx.san);
-	desc_unref(w, u);
+	/* Acq_rel: release publishes ret and everything the ULT did to the joiner (acquire load
+	 * of 1); acquire, for a detached one, what the detacher did before its exchange. */
+	uint32_t j = __atomic_exchange_n(&u->join, 1, __ATOMIC_ACQ_REL);
+	if (j == 3)
+		desc_put(w, u);
+	else if (j == 2) /* the joiner may own u already: the wake only uses the address (a
+			  * reused descriptor's joiner gets a spurious wake-up, and re-checks) */
+		rt_futex_wake(&u->join, INT_MAX);
 }
 
 __attribute__((noreturn)) static void ult_exit(struct pvrt_ult *self, void *ret)
@@ -837,14 +1008,14 @@ __attribute__((noreturn)) static void ult_exit(struct pvrt_ult *self, void *ret)
 		pvrt_keys_run_destructors(&self->keys);
 	self->ret = ret;
 	__atomic_store_n(&self->state, ULT_DONE, __ATOMIC_RELAXED);
-	/* Release: the joiner's acquire load of 'join' sees ret. 2: someone waits. */
-	if (__atomic_exchange_n(&self->join, 1, __ATOMIC_ACQ_REL) == 2)
-		rt_futex_wake(&self->join, INT_MAX);
-	if (__atomic_sub_fetch(&pvrt_rt.nlive, 1, __ATOMIC_ACQ_REL) == 0)
+	/* Seq_cst, then the waiters' count: see pvrt_wait_nlive_zero. Nobody waits but finalize,
+	 * so the last exit of a batch does not go through the futex table. */
+	if (__atomic_sub_fetch(&pvrt_rt.nlive, 1, __ATOMIC_SEQ_CST) == 0 &&
+	    __atomic_load_n(&pvrt_rt.nlive_waiters, __ATOMIC_SEQ_CST))
 		rt_futex_wake(&pvrt_rt.nlive, INT_MAX);
 	struct pvrt_worker *w = pvrt_worker_cur();
 	struct pvrt_ult *next = pick_next(w);
-	/* The stack goes back in post_exit, once we are off it. */
+	/* The joiner learns of the exit in post_exit, once we are off the stack. */
 	switch_ctx(w, &self->ctx, next, post_exit, self, 1);
 	__builtin_unreachable();
 }
@@ -871,7 +1042,6 @@ void pvrt_ult_init_primary(struct pvrt_ult *u)
 	u->flags = ULT_F_PRIMARY;
 	u->bound = 0;
 	u->last = 0;
-	u->refs = 1;
 	u->id = 1;
 	u->state = ULT_RUNNING;
 	u->sigmask = pvrt_kernel_sigmask();
@@ -899,51 +1069,76 @@ struct pvrt_ult *pvrt_primary_alloc(void)
 	return desc_get(NULL);
 }
 
+/* The attributes of a create, checked; 0 or a negative errno (message set). Not inlined: the
+ * common create has none. */
+static __attribute__((noinline)) int create_attr(const pvrt_thread_attr_t *attr, size_t *len,
+						 size_t *guard, int *detached, int *bound)
+{
+	size_t ps = pvrt_page_size();
+	pvrt_thread_attr_t a;
+	if (attr->size < sizeof(attr->size))
+		return pvrt_fail(-EINVAL, "pvrt_thread_create: attr not initialised "
+					  "(pvrt_thread_attr_init or PVRT_THREAD_ATTR_INIT)");
+	if (attr->size < sizeof(a)) { /* fields past the program's: default */
+		pvrt_thread_attr_init(&a);
+		memcpy(&a, attr, attr->size);
+		attr = &a;
+	}
+	if (attr->stack_size || attr->guard_size) {
+		size_t st = attr->stack_size;
+		if (st && (st < PVRT_STACK_MIN || st > PVRT_STACK_MAX))
+			return pvrt_fail(-EINVAL, "pvrt_thread_create: stack size out of range");
+		if (attr->guard_size > PVRT_STACK_MAX)
+			return pvrt_fail(-EINVAL, "pvrt_thread_create: guard size out of range");
+		if (attr->guard_size)
+			*guard = (attr->guard_size + ps - 1) / ps * ps;
+		if (st)
+			*len = (st + ps - 1) / ps * ps + *guard +
+			       (pvrt_rt.ult_tls ? pvrt_tls_reserve() : 0);
+		else
+			*len += *guard - ps;
+	}
+	if (attr->detached != 0 && attr->detached != 1)
+		return pvrt_fail(-EINVAL, "pvrt_thread_create: detached must be 0 or 1");
+	*detached = attr->detached;
+	if (attr->worker < -1 || attr->worker >= (int)pvrt_rt.nw)
+		return pvrt_fail(-EINVAL, "pvrt_thread_create: no such worker");
+	*bound = attr->worker;
+	return 0;
+}
+
+/* A descriptor whose stack does not fit (another size or guard) or is missing: map one. */
+static __attribute__((noinline)) int create_stack(struct pvrt_ult *u, size_t len, size_t guard)
+{
+	if (u->stack) {
+		ult_stack_free(u->stack, u->stack_len, u->vg_id);
+		u->stack = NULL;
+	}
+	int r = ult_stack_alloc(len, guard, &u->stack, &u->vg_id);
+	if (r)
+		return r;
+	u->stack_len = len;
+	u->guard = guard;
+	return 0;
+}
+
 int pvrt_thread_create(pvrt_thread_t *out, const pvrt_thread_attr_t *attr, void *(*fn)(void *),
 		       void *arg)
 {
-	PVRT_RT_SCOPE();
+	/* No switch in here: a create never waits (a lock of the global pool sleeps in the kernel).
+	 */
+	PVRT_RT_SCOPE_NOSWITCH();
 	if (!fn)
 		return pvrt_fail(-EINVAL, "pvrt_thread_create: fn is NULL");
 	if (!__atomic_load_n(&pvrt_rt.running, __ATOMIC_ACQUIRE))
 		return pvrt_fail(-ENXIO, "pvrt_thread_create: the runtime is not running");
 	size_t len = pvrt_rt.stack_size;
-	size_t ps = pvrt_page_size();
-	size_t guard = ps;
+	size_t guard = pvrt_page_size();
 	int detached = 0, bound = -1;
-	pvrt_thread_attr_t a;
 	if (attr) {
-		if (attr->size < sizeof(attr->size))
-			return pvrt_fail(-EINVAL,
-					 "pvrt_thread_create: attr not initialised "
-					 "(pvrt_thread_attr_init or PVRT_THREAD_ATTR_INIT)");
-		if (attr->size < sizeof(a)) { /* fields past the program's: default */
-			pvrt_thread_attr_init(&a);
-			memcpy(&a, attr, attr->size);
-			attr = &a;
-		}
-		if (attr->stack_size || attr->guard_size) {
-			size_t st = attr->stack_size;
-			if (st && (st < PVRT_STACK_MIN || st > PVRT_STACK_MAX))
-				return pvrt_fail(-EINVAL,
-						 "pvrt_thread_create: stack size out of range");
-			if (attr->guard_size > PVRT_STACK_MAX)
-				return pvrt_fail(-EINVAL,
-						 "pvrt_thread_create: guard size out of range");
-			if (attr->guard_size)
-				guard = (attr->guard_size + ps - 1) / ps * ps;
-			if (st)
-				len = (st + ps - 1) / ps * ps + guard +
-				      (pvrt_rt.ult_tls ? pvrt_tls_reserve() : 0);
-			else
-				len += guard - ps;
-		}
-		if (attr->detached != 0 && attr->detached != 1)
-			return pvrt_fail(-EINVAL, "pvrt_thread_create: detached must be 0 or 1");
-		detached = attr->detached;
-		if (attr->worker < -1 || attr->worker >= (int)pvrt_rt.nw)
-			return pvrt_fail(-EINVAL, "pvrt_thread_create: no such worker");
-		bound = attr->worker;
+		int r = create_attr(attr, &len, &guard, &detached, &bound);
+		if (r)
+			return r;
 	}
 	if (!out && !detached)
 		return pvrt_fail(-EINVAL, "pvrt_thread_create: out is NULL for a joinable ULT");
@@ -952,33 +1147,31 @@ int pvrt_thread_create(pvrt_thread_t *out, const pvrt_thread_attr_t *attr, void 
 	struct pvrt_ult *u = desc_get(w);
 	if (!u)
 		return pvrt_fail(-ENOMEM, "pvrt_thread_create: out of memory");
-	if (u->stack && (u->stack_len != len || u->guard != guard)) {
-		pvrt_stack_free(u->stack, u->stack_len, u->vg_id);
-		u->stack = NULL;
-	}
-	if (!u->stack) {
-		int r = pvrt_stack_alloc(len, guard, &u->stack, &u->vg_id);
+	/* The steady state: the descriptor's stack fits, no system call. */
+	if (unlikely(!u->stack || u->stack_len != len || u->guard != guard)) {
+		int r = create_stack(u, len, guard);
 		if (r) {
 			desc_put(w, u);
 			return pvrt_fail(r, "pvrt_thread_create: cannot map a stack");
 		}
 	}
-	u->stack_len = len;
-	u->guard = guard;
 	u->tp = NULL;
-	if (pvrt_rt.ult_tls) {
+	if (unlikely(pvrt_rt.ult_tls)) {
 		u->tp = pvrt_tls_create(u, u->stack, len, guard, &u->stack_top);
 		if (!u->tp) {
-			pvrt_stack_free(u->stack, len, u->vg_id);
+			ult_stack_free(u->stack, len, u->vg_id);
 			u->stack = NULL;
 			desc_put(w, u);
 			return pvrt_fail(-ENOMEM, "pvrt_thread_create: no memory for the TLS");
 		}
+		/* As a thread, it inherits its creator's signal mask. */
+		struct pvrt_ult *cu = w ? w->cur : NULL;
+		u->sigmask = cu ? cu->sigmask : pvrt_kernel_sigmask();
 	}
 	u->flags = detached ? ULT_F_DETACHED : 0;
 	__atomic_store_n(&u->bound, bound, __ATOMIC_RELAXED);
 	u->last = -1;
-	if (w)
+	if (likely(w))
 		u->id = (++w->nid << 12) | w->idx;
 	else
 		u->id =
@@ -986,49 +1179,51 @@ int pvrt_thread_create(pvrt_thread_t *out, const pvrt_thread_attr_t *attr, void 
 	u->fn = fn;
 	u->arg = arg;
 	u->ret = NULL;
-	u->join = 0;
-	u->refs = detached ? 1 : 2;
+	u->join = detached ? 3 : 0;
 	u->keys = NULL;
-	u->wait_addr = NULL;
 	u->cancel = 0;
-	u->cancel_cond = NULL;
-	/* Per-ULT TLS: as a thread, it inherits its creator's signal mask. */
-	if (pvrt_rt.ult_tls) {
-		struct pvrt_ult *cu = w ? w->cur : NULL;
-		u->sigmask = cu ? cu->sigmask : pvrt_kernel_sigmask();
-	}
-	u->name[0] = 0;
+	/* wait_addr and cancel_cond are NULL outside waits, name is the old ULT's (name_id): the
+	 * descriptor's cold lines stay untouched. */
 	u->ctx.san.asan_fake = NULL;
 	pvrt_san_fiber_create(&u->ctx.san);
-	/* The frame is built here (the creator's floating-point state) and copied to the stack at
-	 * the first run (first_run). */
+	/* The frame is built on the stack at the first run (first_run), with the creator's
+	 * floating-point state: a create does not touch the stack. */
 	u->ctx.sp = NULL;
-	u->fresh_sp = pvrt_ctx_make(u->frame + sizeof(u->frame), ult_entry, u);
+	u->fpstate = pvrt_ctx_fpstate();
 	/* Relaxed: finalize only needs the count to be exact once every creator is done. */
 	__atomic_add_fetch(&pvrt_rt.nlive, 1, __ATOMIC_RELAXED);
-	if (w)
-		PVRT_STAT_INC(w, st_created);
 	if (out)
 		*out = u;
-	pvrt_ult_ready(u);
+	if (likely(w)) {
+		PVRT_STAT_INC(w, st_created);
+		/* A ULT created on a worker starts in that worker's queue (as Go's newproc puts it
+		 * in its P's): every policy's wake_target picks the caller's worker for a caller
+		 * that is a worker, so the call is skipped here; a bound one goes to its worker. */
+		if (bound < 0)
+			queue_local(w, u);
+		else
+			ult_ready(w, u);
+	} else {
+		ult_ready(NULL, u);
+	}
 	return 0;
 }
 
-int pvrt_thread_join(pvrt_thread_t t, void **ret)
+/* Join a ULT that has not exited yet: run it now if it is still queued, else wait. */
+static __attribute__((noinline)) int join_wait(struct pvrt_ult *t, void **ret)
 {
 	PVRT_RT_SCOPE();
-	if (!t)
-		return pvrt_fail(-EINVAL, "pvrt_thread_join: NULL thread");
-	struct pvrt_ult *self = rt_ult_current();
+	struct pvrt_worker *w = rt_tls_worker;
+	struct pvrt_ult *self = w ? w->cur : NULL;
 	if (t == self)
 		return pvrt_fail(-EDEADLK, "pvrt_thread_join: a ULT cannot join itself");
 	if (t->flags & (ULT_F_DETACHED | ULT_F_PRIMARY))
 		return pvrt_fail(-EINVAL, "pvrt_thread_join: not a joinable ULT");
 	/* Still queued and ready? Run it now rather than block and wait for it. */
-	if (self && __atomic_load_n(&t->join, __ATOMIC_ACQUIRE) != 1)
+	if (self)
 		rt_ult_try_yield_to(t);
 	for (;;) {
-		/* Acquire pairs with ult_exit's exchange: ret is visible. */
+		/* Acquire pairs with post_exit's exchange: ret is visible. */
 		uint32_t j = __atomic_load_n(&t->join, __ATOMIC_ACQUIRE);
 		if (j == 1)
 			break;
@@ -1040,7 +1235,24 @@ int pvrt_thread_join(pvrt_thread_t t, void **ret)
 	}
 	if (ret)
 		*ret = t->ret;
-	desc_unref(pvrt_worker_cur(), t);
+	desc_put(pvrt_worker_cur(), t); /* the waits may have moved us */
+	return 0;
+}
+
+int pvrt_thread_join(pvrt_thread_t t, void **ret)
+{
+	if (!t)
+		return pvrt_fail(-EINVAL, "pvrt_thread_join: NULL thread");
+	/* Exited (acquire: pairs with post_exit's exchange, ret is visible)? Then it is ours and
+	 * neither the caller itself nor the primary (which never exits). */
+	if (__atomic_load_n(&t->join, __ATOMIC_ACQUIRE) != 1)
+		return join_wait(t, ret);
+	if (t->flags & ULT_F_DETACHED)
+		return pvrt_fail(-EINVAL, "pvrt_thread_join: not a joinable ULT");
+	if (ret)
+		*ret = t->ret;
+	PVRT_RT_SCOPE_NOSWITCH(); /* the pool is the worker's */
+	desc_put(rt_tls_worker, t);
 	return 0;
 }
 
@@ -1049,9 +1261,15 @@ int pvrt_thread_detach(pvrt_thread_t t)
 	PVRT_RT_SCOPE();
 	if (!t || (t->flags & (ULT_F_DETACHED | ULT_F_PRIMARY)))
 		return pvrt_fail(-EINVAL, "pvrt_thread_detach: not a joinable ULT");
-	/* The flag only guards against a later join on this handle; the reference does the work. */
+	/* The flag only guards against a later join on this handle; the join word does the work
+	 * (see post_exit). */
 	t->flags |= ULT_F_DETACHED;
-	desc_unref(rt_tls_worker, t);
+	uint32_t j = __atomic_load_n(&t->join, __ATOMIC_ACQUIRE);
+	while (j != 1)
+		if (__atomic_compare_exchange_n(&t->join, &j, 3, 0, __ATOMIC_ACQ_REL,
+						__ATOMIC_ACQUIRE))
+			return 0;
+	desc_put(rt_tls_worker, t); /* it exited: ours */
 	return 0;
 }
 

@@ -1,7 +1,8 @@
 #!/bin/bash
 # Instructions per operation of the hot paths (uncontended mutex lock+unlock, yield, create+join,
-# hint query), counted by callgrind inside bench_hotpaths' work(): (Ir(2N) - Ir(N)) / N, so set-up
-# costs cancel. With two build trees it runs the same binary against each one's libraries and
+# per ULT of batches of B ULTs created then joined (batchB), hint query), counted by callgrind
+# inside bench_hotpaths' work(): (Ir(2N) - Ir(N)) / N, so set-up costs (and the first burst's
+# stack mappings) cancel. HOTPATHS_MODES="yield batch64" picks modes. With two build trees it runs the same binary against each one's libraries and
 # prints both; deterministic, unlike timings on a loaded machine.
 # usage: bench/runtime/hotpaths.sh BUILD [OTHER-BUILD]
 set -euo pipefail
@@ -21,7 +22,8 @@ for d in "$@"; do
 	printf ' %14s' "$name"
 done
 echo "   (instructions per op)"
-for mode in mutex yield create_join hint; do
+modes=${HOTPATHS_MODES:-mutex yield create_join batch1 batch16 batch17 batch64 batch1000 hint}
+for mode in $modes; do
 	printf '%-12s' "$mode"
 	for d in "$@"; do
 		a=$(ir "$d" $mode $n)

@@ -109,6 +109,9 @@ struct pvrt_stats {
 	uint64_t timer_fires; /* expiries of a programmed deadline */
 	uint64_t preemptions; /* ULTs preempted at the end of their time slice */
 	uint64_t handoffs;    /* workers handed to a spare thread (a ULT blocked in the kernel) */
+	/* Not a counter: ULT stacks mapped now (live ULTs', pooled and warm ones), for the whole
+	 * runtime (0 in a worker's stats). Idle workers give the pooled ones back. */
+	uint64_t stacks;
 };
 /* Fill the first 'size' bytes of *s (size: the program's sizeof(struct pvrt_stats)). -EINVAL for
  * NULL or a size below the header, -ENXIO when the runtime is not running.

@@ -14,6 +14,7 @@
 #define PVRT_RUNTIME_ARCH_CTX_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 /* Save the running context in *save and resume the one whose stack pointer is 'to'. */
 void pvrt_ctx_switch(void **save, void *to);
@@ -27,10 +28,26 @@ void pvrt_ctx_switch(void **save, void *to);
 void *pvrt_ctx_make(void *top, void (*entry)(void *), void *arg);
 
 /*
- * Bytes pvrt_ctx_make writes at most below a 16-byte aligned top. The frame holds no pointer into
- * itself, so it may be built elsewhere (ult.c builds it in the descriptor when the ULT is created,
- * inheriting the creator's floating-point state) and copied below another such top later.
+ * The caller's floating-point control state (x86-64: MXCSR, x87 control word << 32; AArch64:
+ * FPCR), and pvrt_ctx_make with a state taken earlier: ult.c takes it when a ULT is created (it
+ * inherits its creator's) and builds the frame on the stack when the ULT first runs.
  */
-#define PVRT_CTX_FRAME 192
+static inline uint64_t pvrt_ctx_fpstate(void)
+{
+#if defined(__x86_64__)
+	uint32_t mxcsr;
+	uint16_t fpcw;
+	__asm__ volatile("stmxcsr %0" : "=m"(mxcsr));
+	__asm__ volatile("fnstcw %0" : "=m"(fpcw));
+	return mxcsr | ((uint64_t)fpcw << 32);
+#elif defined(__aarch64__)
+	uint64_t fpcr;
+	__asm__ volatile("mrs %0, fpcr" : "=r"(fpcr));
+	return fpcr;
+#else
+#error "no context switch for this architecture"
+#endif
+}
+void *pvrt_ctx_make_fp(void *top, void (*entry)(void *), void *arg, uint64_t fp);
 
 #endif /* PVRT_RUNTIME_ARCH_CTX_H */

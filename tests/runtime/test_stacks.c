@@ -3,8 +3,11 @@
  * Stacks: a ULT inherits its creator's floating-point state even though its frame reaches its
  * stack only when it first runs; many ULTs alive at once each get their own stack, and their
  * locals survive while others run on the reused ones; after the burst, an idle runtime gives the
- * stacks back (the mappings count returns near where it started). Properties only: the idle
- * check waits as long as it takes (ctest's timeout bounds it).
+ * stacks back (the mappings count returns near where it started, and the runtime's count of
+ * mapped stacks, pvrt_stats.stacks, drops to what the parked workers keep). Then a batch of
+ * 10,000 ULTs created before any is joined, twice: the second maps (almost) no stack and idling
+ * gives them back again. Properties only: the idle checks wait as long as it takes (ctest's timeout
+ * bounds them).
  */
 #define _GNU_SOURCE
 #include "check.h"
@@ -17,9 +20,14 @@
 
 #ifdef __SANITIZE_THREAD__
 #define BURST 300 /* a TSan fiber costs most of a MiB of shadow state */
+#define BATCH 1000
 #else
 #define BURST 3000
+#define BATCH 10000
 #endif
+
+/* What two parked workers may keep: PVRT_STACK_KEEP (16) pooled and a warm one each. */
+#define KEPT (2 * (16 + 1))
 
 static int go;
 
@@ -37,6 +45,41 @@ static void *burst_ult(void *a)
 		pvrt_thread_yield();
 	pvrt_thread_yield();
 	return (void *)(uintptr_t)(mine == (uintptr_t)a * 2654435761u);
+}
+
+static void *nop(void *a)
+{
+	return a;
+}
+
+static uint64_t stacks(void)
+{
+	struct pvrt_stats st;
+	CHECK_EQ(pvrt_stats_get(&st), 0);
+	CHECK_EQ(st.size, sizeof(st));
+	return st.stacks;
+}
+
+/* Idle until the parked workers trimmed their pools (ctest's timeout bounds the wait). */
+static uint64_t idle_stacks(void)
+{
+	uint64_t n;
+	while ((n = stacks()) > KEPT)
+		pvrt_thread_sleep(20000000);
+	return n;
+}
+
+static long rss_kib(void)
+{
+	FILE *f = fopen("/proc/self/status", "r");
+	CHECK(f);
+	char line[256];
+	long kib = -1;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "VmRSS: %ld", &kib) == 1)
+			break;
+	fclose(f);
+	return kib;
 }
 
 static long mappings(void)
@@ -95,6 +138,39 @@ int main(void)
 		pvrt_thread_sleep(20000000);
 	printf("stacks: mappings %ld at start, %ld after the bursts, %ld when idle\n", base, peak,
 	       now);
+	uint64_t idle = idle_stacks();
+	long rss0 = rss_kib();
+
+	/* A batch created before any is joined: one stack per descriptor the first time, none
+	 * the second (the pooled ones are reused, no mapping per create), all given back when
+	 * idle. Bound to worker 0, which then never idles meanwhile (each join runs the ULT
+	 * or finds it done), so no park trims the pools between the rounds. */
+	static pvrt_thread_t tb[BATCH];
+	pvrt_thread_attr_t a;
+	pvrt_thread_attr_init(&a);
+	a.worker = 0;
+	uint64_t after[2];
+	long rss[2];
+	for (int round = 0; round < 2; round++) {
+		for (long i = 0; i < BATCH; i++)
+			CHECK_EQ(pvrt_thread_create(&tb[i], &a, nop, (void *)i), 0);
+		for (long i = 0; i < BATCH; i++) {
+			CHECK_EQ(pvrt_thread_join(tb[i], &r), 0);
+			CHECK_EQ((long)r, i);
+		}
+		after[round] = stacks();
+		rss[round] = rss_kib();
+	}
+	CHECK(after[0] >= BATCH);
+	/* The second maps a few at most (pooled descriptors left stackless by the earlier trim
+	 * may come first), not one per create. */
+	CHECK(after[1] <= after[0] + KEPT);
+	uint64_t idle2 = idle_stacks();
+	long rss_idle = rss_kib();
+	printf("stacks: %llu mapped when idle after the bursts (RSS %ld KiB); batches of %d: %llu, "
+	       "%llu mapped (RSS %ld, %ld KiB), %llu when idle (RSS %ld KiB)\n",
+	       (unsigned long long)idle, rss0, BATCH, (unsigned long long)after[0],
+	       (unsigned long long)after[1], rss[0], rss[1], (unsigned long long)idle2, rss_idle);
 	CHECK_EQ(pvrt_finalize(), 0);
 	return 0;
 }

@@ -6,19 +6,14 @@
 
 void pvrt_ctx_trampoline(void);
 
-void *pvrt_ctx_make(void *top, void (*entry)(void *), void *arg)
+void *pvrt_ctx_make_fp(void *top, void (*entry)(void *), void *arg, uint64_t fp)
 {
-	uint32_t mxcsr;
-	uint16_t fpcw;
-	/* Inherit the caller's rounding and exception masks (POSIX threads inherit them). */
-	__asm__ volatile("stmxcsr %0" : "=m"(mxcsr));
-	__asm__ volatile("fnstcw %0" : "=m"(fpcw));
 	/*
 	 * After the switch pops 8 slots (64 bytes) rsp is sp + 64; the trampoline's call needs rsp
 	 * 16-byte aligned then, so sp must be 16-byte aligned. 16 bytes of zeros stay above.
 	 */
 	uint64_t *sp = (uint64_t *)(((uintptr_t)top & ~(uintptr_t)15) - 80);
-	sp[0] = mxcsr | ((uint64_t)fpcw << 32);
+	sp[0] = fp;		 /* MXCSR, x87 CW */
 	sp[1] = 0;		 /* r15 */
 	sp[2] = 0;		 /* r14 */
 	sp[3] = (uint64_t)arg;	 /* r13 */
@@ -29,4 +24,10 @@ void *pvrt_ctx_make(void *top, void (*entry)(void *), void *arg)
 	sp[8] = 0;
 	sp[9] = 0;
 	return sp;
+}
+
+void *pvrt_ctx_make(void *top, void (*entry)(void *), void *arg)
+{
+	/* Inherit the caller's rounding and exception masks (POSIX threads inherit them). */
+	return pvrt_ctx_make_fp(top, entry, arg, pvrt_ctx_fpstate());
 }

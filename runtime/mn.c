@@ -77,6 +77,7 @@ REALFN(int, pthread_sigmask, int, const sigset_t *, sigset_t *)
 REALFN(int, sigprocmask, int, const sigset_t *, sigset_t *)
 REALFN(int, sched_yield, void)
 REALFN(int, sched_getcpu, void)
+REALFN(int, sched_getaffinity, pid_t, size_t, cpu_set_t *)
 REALFN(unsigned, sleep, unsigned)
 REALFN(int, usleep, useconds_t)
 REALFN(int, nanosleep, const struct timespec *, struct timespec *)
@@ -454,14 +455,41 @@ EXPORT int pthread_setaffinity_np(pthread_t t, size_t n, const cpu_set_t *set)
 
 static cpu_set_t process_cpus; /* the affinity at start: where the workers run */
 
+/* The process's CPUs at start into set (n bytes), as the kernel reports a mask: EINVAL when a
+ * CPU of it does not fit, the rest of the buffer zeroed. */
+static int report_cpus(size_t n, cpu_set_t *set)
+{
+	size_t have = 0; /* bytes up to the highest CPU of the mask */
+	for (size_t c = 0; c < CPU_SETSIZE; c++)
+		if (CPU_ISSET(c, &process_cpus))
+			have = c / 8 + 1;
+	if (!set || n < have)
+		return EINVAL;
+	memset(set, 0, n);
+	memcpy(set, &process_cpus, n < sizeof(process_cpus) ? n : sizeof(process_cpus));
+	return 0;
+}
+
+/* A ULT's kernel thread is its worker's, pinned to one CPU; the ULT itself may run on any
+ * worker, so it reports the CPUs the program started on (libgomp and OpenBLAS size their thread
+ * pools from this). */
 EXPORT int pthread_getaffinity_np(pthread_t t, size_t n, cpu_set_t *set)
 {
 	if (!ult_of(t))
 		return REAL(pthread_getaffinity_np, t, n, set);
-	if (n < sizeof(cpu_set_t))
-		return EINVAL;
-	memset(set, 0, n);
-	memcpy(set, &process_cpus, sizeof(process_cpus));
+	return report_cpus(n, set);
+}
+
+/* The same for the calling thread asked by pid: 0, its (worker's) tid, or the process. */
+EXPORT int sched_getaffinity(pid_t pid, size_t n, cpu_set_t *set)
+{
+	if (!self_ult() || (pid != 0 && pid != getpid() && pid != gettid()))
+		return REAL(sched_getaffinity, pid, n, set);
+	int r = report_cpus(n, set);
+	if (r) {
+		errno = r;
+		return -1;
+	}
 	return 0;
 }
 
@@ -716,7 +744,7 @@ const char *rt_mn_start(void)
 		pthread_attr_destroy(&a);
 	}
 	default_stack = st >= PVRT_STACK_MIN && st <= PVRT_STACK_MAX ? st : 8u << 20;
-	sched_getaffinity(0, sizeof(process_cpus), &process_cpus);
+	REAL(sched_getaffinity, 0, sizeof(process_cpus), &process_cpus);
 	if (start_runtime())
 		return pvrt_errmsg();
 	pthread_atfork(NULL, NULL, atfork_child);

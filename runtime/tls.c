@@ -68,7 +68,8 @@ static struct {
 	void *(*allocate)(void *mem);
 	void (*deallocate)(void *tcb, bool dealloc_tcb);
 	void (*call_tls_dtors)(void);
-	struct glibc_key *keys; /* __pthread_keys */
+	void (*ctype_init)(void); /* __ctype_init: this thread's ctype table pointers */
+	struct glibc_key *keys;	  /* __pthread_keys */
 	size_t nkeys;
 	size_t static_size, static_align, pthread_size;
 	size_t off_tid, off_specific, off_robust, off_stackblock, off_list;
@@ -120,6 +121,12 @@ static int discover(void)
 			    "_dl_get_tls_static_info (not glibc, or a static program)");
 	if (!T.call_tls_dtors)
 		return fail("libc does not export __call_tls_dtors (C++ thread_local destructors)");
+	/* glibc's start_thread calls it in every new thread: isalpha, toupper and tolower read
+	 * per-thread pointers (__ctype_b, __ctype_toupper, __ctype_tolower, initial-exec TLS) that
+	 * are zero in a fresh TLS block until it sets them from the thread's locale. */
+	T.ctype_init = (void (*)(void))dlsym(RTLD_DEFAULT, "__ctype_init");
+	if (!T.ctype_init)
+		return fail("libc does not export __ctype_init (per-thread ctype tables)");
 	info(&T.static_size, &T.static_align);
 
 	const uint32_t *sz = db_desc("_thread_db_sizeof_pthread");
@@ -379,6 +386,12 @@ static void run_key_destructors(char *pd)
 			free(spec[i]);
 			spec[i] = NULL;
 		}
+}
+
+void pvrt_tls_start(void)
+{
+	/* As glibc's start_thread, first thing on the new thread's own TLS. */
+	T.ctype_init();
 }
 
 void pvrt_tls_exit(void)

@@ -42,6 +42,10 @@ void *pvrt_tls_create(struct pvrt_ult *u, void *stack, size_t len, size_t guard,
 void *pvrt_tls_kernel_create(void) PVRT_HIDDEN_TLS;
 void pvrt_tls_kernel_free(void *tp) PVRT_HIDDEN_TLS;
 
+/* Run first in a new ULT on its own TLS: what glibc's start_thread sets up in a new thread's TLS
+ * (the ctype table pointers, __ctype_init). */
+void pvrt_tls_start(void) PVRT_HIDDEN_TLS;
+
 /* Run in the exiting ULT: C++ thread_local destructors, then pthread key destructors (glibc's
  * keys live in the ULT's own descriptor), as glibc's thread exit does. */
 void pvrt_tls_exit(void) PVRT_HIDDEN_TLS;

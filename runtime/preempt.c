@@ -24,6 +24,10 @@
  *    pvrt_rt.preempt_anywhere), it is in the executable itself: libc, libstdc++, jemalloc, ...
  *    keep per-thread state (malloc's tcache, stdio's recursive lock owner, errno) that the
  *    worker's other ULTs share when TLS is per kernel thread;
+ *  - with per-ULT TLS, the kernel thread holds none of ld.so's recursive locks (their owner is
+ *    the kernel tid, which the worker's ULTs share: the next ULT there could enter ld.so as if
+ *    it held them, and sysmon, which takes one to start a spare thread, would wait for the
+ *    preempted ULT; dlopen runs constructors, which may spin, under dl_load_lock);
  *  - the interrupted signal mask is the runtime's base mask: a different one means the ULT is
  *    inside a signal handler of the application (its signal is blocked there) or masked signals
  *    itself, and either state belongs to the kernel thread.
@@ -152,7 +156,8 @@ static void preempt_handler(int sig, siginfo_t *si, void *ucv)
 		if (w && depth == 0 && w->cur &&
 		    __atomic_load_n(&w->preempt_seq, __ATOMIC_RELAXED) ==
 			__atomic_load_n(&w->st_switches, __ATOMIC_RELAXED) + 1 &&
-		    pc_ok(uc_pc(uc)) && mask_ok(uc)) {
+		    pc_ok(uc_pc(uc)) && mask_ok(uc) &&
+		    !(pvrt_rt.ult_tls && pvrt_tls_ldso_locked(m->tid))) {
 			__atomic_store_n(&w->preempt_seq, 0, __ATOMIC_RELAXED);
 			PVRT_STAT_INC(w, st_preempts);
 			/* An announcement belongs to the ULT's call, not to the next ULT here. */

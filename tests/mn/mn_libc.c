@@ -6,6 +6,10 @@
  *   affinity  sched_getaffinity(0) and pthread_getaffinity_np(self) report the CPUs the program
  *             was started on (those of its parent, which runs natively), not the one CPU the
  *             worker is pinned to: OpenBLAS and libgomp size their thread pools from it
+ *   spawn     programs started from ULTs (fork + execve, posix_spawn, system, popen) start on
+ *             the CPUs the program was started on, not pinned to the CPU of the worker that ran
+ *             the exec (they would then run every thread of theirs on one CPU); a thread's
+ *             sched_setaffinity of its own (as taskset does before it execs) is what they get
  */
 #include "mn_check.h"
 
@@ -13,8 +17,12 @@
 #include <locale.h>
 #include <pthread.h>
 #include <sched.h>
+#include <spawn.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+
+extern char **environ;
 
 #define NT 8
 
@@ -62,6 +70,78 @@ static void check_affinity(void)
 	CHECK(CPU_EQUAL(&s, &parent_cpus));
 }
 
+static char self_path[4096], cpu_list[4096];
+
+/* The affinity as a list "0,1,3," (the child checks its own against it). */
+static void list_of(const cpu_set_t *s, char *out, size_t len)
+{
+	out[0] = 0;
+	for (int c = 0; c < CPU_SETSIZE; c++)
+		if (CPU_ISSET(c, s))
+			snprintf(out + strlen(out), len - strlen(out), "%d,", c);
+}
+
+/* Child mode: mn_libc affinity LIST: the kernel's mask of this new program is LIST. */
+static int child_check(const char *want)
+{
+	cpu_set_t s;
+	char have[4096];
+	CPU_ZERO(&s);
+	/* Under M:N, the CPUs this program started on (its own workers are pinned since). */
+	CHECK_EQ(sched_getaffinity(0, sizeof(s), &s), 0);
+	list_of(&s, have, sizeof(have));
+	if (strcmp(have, want)) {
+		fprintf(stderr, "mn_libc: a program started from a ULT runs on CPUs %s, not %s\n",
+			have, want);
+		return 1;
+	}
+	printf("affinity ok\n");
+	return 0;
+}
+
+static void check_spawn(int how)
+{
+	char *argv[] = {self_path, "affinity", cpu_list, NULL};
+	int st = -1;
+	if (how == 0) { /* fork + execv */
+		pid_t p = fork();
+		CHECK(p >= 0);
+		if (p == 0) {
+			execv(self_path, argv);
+			_exit(127);
+		}
+		CHECK_EQ(waitpid(p, &st, 0), p);
+	} else if (how == 1) {
+		pid_t p;
+		CHECK_EQ(posix_spawn(&p, self_path, NULL, NULL, argv, environ), 0);
+		CHECK_EQ(waitpid(p, &st, 0), p);
+	} else if (how == 2) {
+		char cmd[9000];
+		snprintf(cmd, sizeof(cmd), "'%s' affinity %s >/dev/null", self_path, cpu_list);
+		st = system(cmd);
+	} else {
+		char cmd[9000], line[64] = "";
+		snprintf(cmd, sizeof(cmd), "'%s' affinity %s", self_path, cpu_list);
+		FILE *f = popen(cmd, "r");
+		CHECK(f != NULL);
+		CHECK(fgets(line, sizeof(line), f) != NULL);
+		CHECK(!strcmp(line, "affinity ok\n"));
+		st = pclose(f);
+	}
+	if (!WIFEXITED(st) || WEXITSTATUS(st)) {
+		fprintf(stderr, "mn_libc: spawn method %d: the child failed (status %#x)\n", how,
+			st);
+		exit(1);
+	}
+}
+
+static void *spawner(void *a)
+{
+	mn_tid_seen();
+	check_spawn((int)(intptr_t)a);
+	return a;
+}
+
 static void *thread(void *a)
 {
 	mn_tid_seen();
@@ -73,10 +153,16 @@ static void *thread(void *a)
 	return a;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+	if (argc == 3 && !strcmp(argv[1], "affinity"))
+		return child_check(argv[2]);
 	CPU_ZERO(&parent_cpus);
 	CHECK_EQ(sched_getaffinity(getppid(), sizeof(parent_cpus), &parent_cpus), 0);
+	list_of(&parent_cpus, cpu_list, sizeof(cpu_list));
+	ssize_t n = readlink("/proc/self/exe", self_path, sizeof(self_path) - 1);
+	CHECK(n > 0);
+	self_path[n] = 0;
 	check_ctype();
 	check_affinity();
 	pthread_t t[NT];
@@ -84,6 +170,30 @@ int main(void)
 		CHECK_EQ(pthread_create(&t[i], NULL, thread, NULL), 0);
 	for (int i = 0; i < NT; i++)
 		CHECK_EQ(pthread_join(t[i], NULL), 0);
+	/* Each way of starting a program, from main and from other threads. */
+	for (int how = 0; how < 4; how++) {
+		check_spawn(how);
+		CHECK_EQ(pthread_create(&t[how], NULL, spawner, (void *)(intptr_t)how), 0);
+	}
+	for (int i = 0; i < 4; i++)
+		CHECK_EQ(pthread_join(t[i], NULL), 0);
+	/* sched_setaffinity of one's own (taskset before an exec): what is reported and what a
+	 * new program gets; then back. */
+	cpu_set_t one, s;
+	CPU_ZERO(&one);
+	for (int c = 0; c < CPU_SETSIZE; c++)
+		if (CPU_ISSET(c, &parent_cpus)) {
+			CPU_SET(c, &one);
+			break;
+		}
+	CHECK_EQ(sched_setaffinity(0, sizeof(one), &one), 0);
+	CHECK_EQ(sched_getaffinity(0, sizeof(s), &s), 0);
+	CHECK(CPU_EQUAL(&s, &one));
+	list_of(&one, cpu_list, sizeof(cpu_list));
+	check_spawn(0);
+	CHECK_EQ(sched_setaffinity(0, sizeof(parent_cpus), &parent_cpus), 0);
+	list_of(&parent_cpus, cpu_list, sizeof(cpu_list));
+	check_spawn(1);
 	mn_check_ults(NT);
 	printf("mn_libc: ok\n");
 	return 0;

@@ -5,13 +5,23 @@
  * (pvhint_exec_prepare): the new program has no handler for it, and a pending real-time signal
  * with the default action would kill it. glibc's execl, execvp, ... call its internal execve,
  * not the interposable one, so each entry point is wrapped.
+ *
+ * In M:N mode the calling ULT's kernel thread is a worker's, pinned to one CPU, and a new
+ * program inherits the thread's affinity: the exec family, posix_spawn, posix_spawnp, system
+ * and popen (the last two spawn through glibc's internal posix_spawn) run with the CPUs the
+ * program's ULTs report, and the thread's own come back when they return (rt_mn_spawn_*).
  */
 #define _GNU_SOURCE
 #include <pvrt/pvhint.h>
 
+#include "lk.h"
+
 #include <dlfcn.h>
+#include <spawn.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 #define EXPORT __attribute__((visibility("default")))
@@ -23,25 +33,63 @@ static void *real(const char *name)
 	return dlsym(RTLD_NEXT, name);
 }
 
+/* CALL with the process's CPUs (M:N mode), the thread's own back afterwards. */
+#define WITH_PROCESS_CPUS(type, call)                                                              \
+	struct rt_mn_spawn sp_;                                                                    \
+	rt_mn_spawn_enter(&sp_);                                                                   \
+	type r_ = call;                                                                            \
+	rt_mn_spawn_leave(&sp_);                                                                   \
+	return r_
+
 EXPORT int execve(const char *path, char *const argv[], char *const envp[])
 {
 	int (*f)(const char *, char *const[], char *const[]) = real("execve");
 	pvhint_exec_prepare();
-	return f(path, argv, envp);
+	WITH_PROCESS_CPUS(int, f(path, argv, envp));
 }
 
 EXPORT int execvpe(const char *file, char *const argv[], char *const envp[])
 {
 	int (*f)(const char *, char *const[], char *const[]) = real("execvpe");
 	pvhint_exec_prepare();
-	return f(file, argv, envp);
+	WITH_PROCESS_CPUS(int, f(file, argv, envp));
 }
 
 EXPORT int fexecve(int fd, char *const argv[], char *const envp[])
 {
 	int (*f)(int, char *const[], char *const[]) = real("fexecve");
 	pvhint_exec_prepare();
-	return f(fd, argv, envp);
+	WITH_PROCESS_CPUS(int, f(fd, argv, envp));
+}
+
+typedef int spawn_fn(pid_t *, const char *, const posix_spawn_file_actions_t *,
+		     const posix_spawnattr_t *, char *const[], char *const[]);
+
+EXPORT int posix_spawn(pid_t *pid, const char *path, const posix_spawn_file_actions_t *fa,
+		       const posix_spawnattr_t *at, char *const argv[], char *const envp[])
+{
+	spawn_fn *f = (spawn_fn *)real("posix_spawn");
+	WITH_PROCESS_CPUS(int, f(pid, path, fa, at, argv, envp));
+}
+
+EXPORT int posix_spawnp(pid_t *pid, const char *file, const posix_spawn_file_actions_t *fa,
+			const posix_spawnattr_t *at, char *const argv[], char *const envp[])
+{
+	spawn_fn *f = (spawn_fn *)real("posix_spawnp");
+	WITH_PROCESS_CPUS(int, f(pid, file, fa, at, argv, envp));
+}
+
+EXPORT int system(const char *cmd)
+{
+	int (*f)(const char *) = (int (*)(const char *))real("system");
+	WITH_PROCESS_CPUS(int, f(cmd));
+}
+
+EXPORT FILE *popen(const char *cmd, const char *mode)
+{
+	FILE *(*f)(const char *, const char *) =
+	    (FILE * (*)(const char *, const char *)) real("popen");
+	WITH_PROCESS_CPUS(FILE *, f(cmd, mode));
 }
 
 EXPORT int execv(const char *path, char *const argv[])

@@ -34,6 +34,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <sys/sysinfo.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -77,6 +79,8 @@ REALFN(int, pthread_sigmask, int, const sigset_t *, sigset_t *)
 REALFN(int, sigprocmask, int, const sigset_t *, sigset_t *)
 REALFN(int, sched_yield, void)
 REALFN(int, sched_getcpu, void)
+REALFN(int, sched_getaffinity, pid_t, size_t, cpu_set_t *)
+REALFN(int, sched_setaffinity, pid_t, size_t, const cpu_set_t *)
 REALFN(unsigned, sleep, unsigned)
 REALFN(int, usleep, useconds_t)
 REALFN(int, nanosleep, const struct timespec *, struct timespec *)
@@ -450,15 +454,105 @@ EXPORT int pthread_setaffinity_np(pthread_t t, size_t n, const cpu_set_t *set)
 
 static cpu_set_t process_cpus; /* the affinity at start: where the workers run */
 
+/* The process's CPUs at start into set (n bytes), as the kernel reports a mask: EINVAL when a
+ * CPU of it does not fit, the rest of the buffer zeroed. */
+static int report_cpus(size_t n, cpu_set_t *set)
+{
+	size_t have = 0; /* bytes up to the highest CPU of the mask */
+	for (size_t c = 0; c < CPU_SETSIZE; c++)
+		if (CPU_ISSET(c, &process_cpus))
+			have = c / 8 + 1;
+	if (!set || n < have)
+		return EINVAL;
+	memset(set, 0, n);
+	memcpy(set, &process_cpus, n < sizeof(process_cpus) ? n : sizeof(process_cpus));
+	return 0;
+}
+
+/* A ULT's kernel thread is its worker's, pinned to one CPU; the ULT itself may run on any
+ * worker, so it reports the CPUs the program started on (libgomp and OpenBLAS size their thread
+ * pools from this). */
 EXPORT int pthread_getaffinity_np(pthread_t t, size_t n, cpu_set_t *set)
 {
 	if (!ult_of(t))
 		return REAL(pthread_getaffinity_np, t, n, set);
-	if (n < sizeof(cpu_set_t))
-		return EINVAL;
-	memset(set, 0, n);
-	memcpy(set, &process_cpus, sizeof(process_cpus));
+	return report_cpus(n, set);
+}
+
+/* The calling thread asked by pid: 0, its (worker's) tid, or the process. */
+static bool is_self(pid_t pid)
+{
+	return pid == 0 || pid == getpid() || pid == gettid();
+}
+
+/* The same for the calling thread asked by pid. */
+EXPORT int sched_getaffinity(pid_t pid, size_t n, cpu_set_t *set)
+{
+	if (!self_ult() || !is_self(pid))
+		return REAL(sched_getaffinity, pid, n, set);
+	int r = report_cpus(n, set);
+	if (r) {
+		errno = r;
+		return -1;
+	}
 	return 0;
+}
+
+/* A ULT setting its own affinity (taskset before it execs, a program narrowing itself) sets
+ * what the process's ULTs report and what the programs they start inherit; the workers stay on
+ * their CPUs (placement is the scheduler's). */
+EXPORT int sched_setaffinity(pid_t pid, size_t n, const cpu_set_t *set)
+{
+	if (!self_ult() || !is_self(pid))
+		return REAL(sched_setaffinity, pid, n, set);
+	cpu_set_t s;
+	CPU_ZERO(&s);
+	memcpy(&s, set, n < sizeof(s) ? n : sizeof(s));
+	for (size_t c = sizeof(s) * 8; c < n * 8; c++)
+		if (CPU_ISSET_S(c, n, set)) {
+			errno = EINVAL; /* beyond CPU_SETSIZE: no such CPU here */
+			return -1;
+		}
+	/* The kernel's check, roughly: some CPU of the set exists. */
+	int ncpu = get_nprocs_conf();
+	for (int c = ncpu; c < CPU_SETSIZE; c++)
+		CPU_CLR(c, &s);
+	if (!CPU_COUNT(&s)) {
+		errno = EINVAL;
+		return -1;
+	}
+	process_cpus = s;
+	return 0;
+}
+
+void rt_mn_spawn_enter(struct rt_mn_spawn *s)
+{
+	s->on = false;
+	if (!self_ult())
+		return;
+	int e = errno;
+	sigset_t pre;
+	sigemptyset(&pre);
+	if (pvrt_rt.preempt_sig)
+		sigaddset(&pre, pvrt_rt.preempt_sig);
+	/* Raw: the ULT's recorded mask stays as it is (the thread's only changes until leave). */
+	syscall(SYS_rt_sigprocmask, SIG_BLOCK, &pre, &s->mask, _NSIG / 8);
+	CPU_ZERO(&s->cpus);
+	if (syscall(SYS_sched_getaffinity, 0, sizeof(s->cpus), &s->cpus) > 0)
+		syscall(SYS_sched_setaffinity, 0, sizeof(process_cpus), &process_cpus);
+	s->on = true;
+	errno = e;
+}
+
+void rt_mn_spawn_leave(const struct rt_mn_spawn *s)
+{
+	if (!s->on)
+		return;
+	int e = errno;
+	if (CPU_COUNT(&s->cpus))
+		syscall(SYS_sched_setaffinity, 0, sizeof(s->cpus), &s->cpus);
+	syscall(SYS_rt_sigprocmask, SIG_SETMASK, &s->mask, NULL, _NSIG / 8);
+	errno = e;
 }
 
 EXPORT int pthread_setschedparam(pthread_t t, int policy, const struct sched_param *p)
@@ -712,7 +806,7 @@ const char *rt_mn_start(void)
 		pthread_attr_destroy(&a);
 	}
 	default_stack = st >= PVRT_STACK_MIN && st <= PVRT_STACK_MAX ? st : 8u << 20;
-	sched_getaffinity(0, sizeof(process_cpus), &process_cpus);
+	REAL(sched_getaffinity, 0, sizeof(process_cpus), &process_cpus);
 	if (start_runtime())
 		return pvrt_errmsg();
 	pthread_atfork(NULL, NULL, atfork_child);

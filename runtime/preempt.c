@@ -24,6 +24,12 @@
  *    pvrt_rt.preempt_anywhere), it is in the executable itself: libc, libstdc++, jemalloc, ...
  *    keep per-thread state (malloc's tcache, stdio's recursive lock owner, errno) that the
  *    worker's other ULTs share when TLS is per kernel thread;
+ *  - with per-ULT TLS, the kernel thread holds none of ld.so's recursive locks (their owner is
+ *    the kernel tid, which the worker's ULTs share: the next ULT there could enter ld.so as if
+ *    it held them, and sysmon, which takes one to start a spare thread, would wait for the
+ *    preempted ULT; dlopen runs constructors, which may spin, under dl_load_lock). Checked
+ *    first: the handler's runtime entry also moves a ULT whose thread lost its worker to
+ *    another thread, and ld.so must unlock on the tid that locked;
  *  - the interrupted signal mask is the runtime's base mask: a different one means the ULT is
  *    inside a signal handler of the application (its signal is blocked there) or masked signals
  *    itself, and either state belongs to the kernel thread.
@@ -145,6 +151,15 @@ static void preempt_handler(int sig, siginfo_t *si, void *ucv)
 	if (m) {
 		/* Received: sysmon may send the next one (one at a time, or they would nest). */
 		__atomic_store_n(&m->kicked, 0, __ATOMIC_RELAXED);
+		/* Holding one of ld.so's locks (tls.c): not even the runtime entry below, which
+		 * moves a ULT whose thread lost its worker to another thread: ld.so would then
+		 * unlock its recursive lock from a tid that does not own it (the unlock fails, the
+		 * lock stays held, and the next dlopen waits forever). sysmon kicks again. */
+		if (pvrt_rt.ult_tls && pvrt_tls_ldso_locked(m->tid)) {
+			__atomic_fetch_sub(&inflight, 1, __ATOMIC_RELEASE);
+			errno = saved_errno;
+			return;
+		}
 		/* Entering notices a lost worker too: the ULT then resumes here on another thread.
 		 */
 		int depth = pvrt_rt_enter();

@@ -621,8 +621,8 @@ int pvrt_init(const struct pvrt_config *c)
 	pvrt_rt.pol = s.pol;
 	pvrt_rt.stack_size = s.stack;
 	pvrt_rt.ult_tls = s.ult_tls;
-	/* ULTs with TLS of their own may be preempted inside libc too (preempt.c). */
-	pvrt_rt.preempt_anywhere = s.ult_tls;
+	/* Inside libc too when ULTs own their TLS, and ld.so's locks can be seen (tls.c). */
+	pvrt_rt.preempt_anywhere = s.ult_tls && pvrt_tls_ldso_known();
 	pvrt_rt.poll_min = s.poll_min;
 	pvrt_rt.poll_max = s.poll_max;
 	pvrt_rt.eager_timers = s.eager;

@@ -24,6 +24,8 @@
 
 #include <dlfcn.h>
 #include <errno.h>
+#include <link.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/auxv.h>
@@ -60,7 +62,8 @@ struct key_data {
 	void *data;
 };
 
-#define MAX_KWORDS 8
+#define MAX_KWORDS     8
+#define MAX_LDSO_LOCKS 32
 
 static struct {
 	int state; /* 0 not tried, 1 ready, -1 failed */
@@ -68,7 +71,8 @@ static struct {
 	void *(*allocate)(void *mem);
 	void (*deallocate)(void *tcb, bool dealloc_tcb);
 	void (*call_tls_dtors)(void);
-	struct glibc_key *keys; /* __pthread_keys */
+	void (*ctype_init)(void); /* __ctype_init: this thread's ctype table pointers */
+	struct glibc_key *keys;	  /* __pthread_keys */
 	size_t nkeys;
 	size_t static_size, static_align, pthread_size;
 	size_t off_tid, off_specific, off_robust, off_stackblock, off_list;
@@ -81,6 +85,11 @@ static struct {
 	ptrdiff_t kw_off[MAX_KWORDS];
 	size_t kw_size[MAX_KWORDS];
 	unsigned nkw;
+	/* The owner words of ld.so's recursive locks (in _rtld_global): the kernel tid of the
+	 * thread that holds each (pvrt_tls_ldso_locked). */
+	const int *ldso_owner[MAX_LDSO_LOCKS];
+	unsigned nldso;
+	bool ldso_known;
 } T;
 
 static struct pvrt_lock init_lock;
@@ -108,6 +117,8 @@ static int fail(const char *why)
 	return -ENOSYS;
 }
 
+static void ldso_find(void);
+
 static int discover(void)
 {
 	T.allocate = (void *(*)(void *))dlsym(RTLD_DEFAULT, "_dl_allocate_tls");
@@ -120,6 +131,12 @@ static int discover(void)
 			    "_dl_get_tls_static_info (not glibc, or a static program)");
 	if (!T.call_tls_dtors)
 		return fail("libc does not export __call_tls_dtors (C++ thread_local destructors)");
+	/* glibc's start_thread calls it in every new thread: isalpha, toupper and tolower read
+	 * per-thread pointers (__ctype_b, __ctype_toupper, __ctype_tolower, initial-exec TLS) that
+	 * are zero in a fresh TLS block until it sets them from the thread's locale. */
+	T.ctype_init = (void (*)(void))dlsym(RTLD_DEFAULT, "__ctype_init");
+	if (!T.ctype_init)
+		return fail("libc does not export __ctype_init (per-thread ctype tables)");
 	info(&T.static_size, &T.static_align);
 
 	const uint32_t *sz = db_desc("_thread_db_sizeof_pthread");
@@ -215,8 +232,81 @@ static int discover(void)
 		T.kw_size[2 + i] = hw[i].size;
 	}
 	T.nkw = 2 + n;
+	ldso_find();
 	T.state = 1;
 	return 0;
+}
+
+/*
+ * ld.so's locks (dl_load_lock, dl_load_write_lock, dl_load_tls_lock, the unique-symbol table's)
+ * are recursive pthread mutexes inside _rtld_global, whose layout is private. They are found by
+ * shape: a mutex of kind PTHREAD_MUTEX_RECURSIVE_NP that is free, as
+ * PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP left it, or held by the calling thread. The scan is
+ * checked inside a dl_iterate_phdr callback, which runs with dl_load_write_lock held: one of
+ * the locks found must then be ours.
+ */
+static void ldso_scan(char *g, size_t size, int tid)
+{
+	T.nldso = 0;
+	for (size_t o = 0; o + sizeof(pthread_mutex_t) <= size && T.nldso < MAX_LDSO_LOCKS;
+	     o += 8) {
+		const struct __pthread_mutex_s *m = (const void *)(g + o);
+		if (m->__kind != PTHREAD_MUTEX_RECURSIVE_NP || m->__spins || m->__elision ||
+		    m->__list.__prev || m->__list.__next)
+			continue;
+		bool unused = !m->__lock && !m->__count && !m->__owner && !m->__nusers;
+		bool mine = m->__lock && m->__count && m->__owner == tid && m->__nusers;
+		if (unused || mine)
+			T.ldso_owner[T.nldso++] = &m->__owner;
+	}
+}
+
+struct ldso_probe {
+	char *g;
+	size_t size;
+	int tid;
+	unsigned held;
+};
+
+static int ldso_probe_cb(struct dl_phdr_info *info, size_t sz, void *arg)
+{
+	(void)info;
+	(void)sz;
+	struct ldso_probe *p = arg;
+	ldso_scan(p->g, p->size, p->tid);
+	p->held = 0;
+	for (unsigned i = 0; i < T.nldso; i++)
+		p->held += *T.ldso_owner[i] == p->tid;
+	return 1; /* once is enough */
+}
+
+static void ldso_find(void)
+{
+	T.ldso_known = false;
+	T.nldso = 0;
+	char *g = dlsym(RTLD_DEFAULT, "_rtld_global");
+	Dl_info info;
+	const ElfW(Sym) *sym = NULL;
+	if (!g || !dladdr1(g, &info, (void **)&sym, RTLD_DL_SYMENT) || !sym || !sym->st_size)
+		return;
+	struct ldso_probe p = {g, sym->st_size, (int)syscall(SYS_gettid), 0};
+	dl_iterate_phdr(ldso_probe_cb, &p);
+	unsigned n = T.nldso;
+	ldso_scan(g, sym->st_size, p.tid); /* again with the write lock free: the same set */
+	T.ldso_known = p.held == 1 && n == T.nldso && n >= 2;
+}
+
+bool pvrt_tls_ldso_known(void)
+{
+	return T.ldso_known;
+}
+
+bool pvrt_tls_ldso_locked(int tid)
+{
+	for (unsigned i = 0; i < T.nldso; i++)
+		if (__atomic_load_n(T.ldso_owner[i], __ATOMIC_RELAXED) == tid)
+			return true;
+	return false;
 }
 
 int pvrt_tls_init(const char **why)
@@ -379,6 +469,12 @@ static void run_key_destructors(char *pd)
 			free(spec[i]);
 			spec[i] = NULL;
 		}
+}
+
+void pvrt_tls_start(void)
+{
+	/* As glibc's start_thread, first thing on the new thread's own TLS. */
+	T.ctype_init();
 }
 
 void pvrt_tls_exit(void)

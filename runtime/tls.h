@@ -42,6 +42,10 @@ void *pvrt_tls_create(struct pvrt_ult *u, void *stack, size_t len, size_t guard,
 void *pvrt_tls_kernel_create(void) PVRT_HIDDEN_TLS;
 void pvrt_tls_kernel_free(void *tp) PVRT_HIDDEN_TLS;
 
+/* Run first in a new ULT on its own TLS: what glibc's start_thread sets up in a new thread's TLS
+ * (the ctype table pointers, __ctype_init). */
+void pvrt_tls_start(void) PVRT_HIDDEN_TLS;
+
 /* Run in the exiting ULT: C++ thread_local destructors, then pthread key destructors (glibc's
  * keys live in the ULT's own descriptor), as glibc's thread exit does. */
 void pvrt_tls_exit(void) PVRT_HIDDEN_TLS;
@@ -51,6 +55,16 @@ void pvrt_tls_release(void *tp) PVRT_HIDDEN_TLS;
 
 /* The ULT whose TCB is tp (a pthread_t under M:N), or NULL if tp is not a ULT's TCB. */
 struct pvrt_ult *pvrt_tls_ult_of(const void *tp) PVRT_HIDDEN_TLS;
+
+/*
+ * ld.so's recursive locks are owned by a kernel tid, which the ULTs of a worker share: a ULT
+ * switched out while it holds one would let the next ULT there enter ld.so "recursively", and
+ * a thread that must take it (sysmon starting a spare) would wait for a ULT that cannot run.
+ * pvrt_tls_ldso_locked(tid): the thread tid holds one of them (a few plain loads, signal
+ * safe). pvrt_tls_ldso_known(): the locks were found (pvrt_tls_init), else it says false.
+ */
+bool pvrt_tls_ldso_known(void) PVRT_HIDDEN_TLS;
+bool pvrt_tls_ldso_locked(int tid) PVRT_HIDDEN_TLS;
 
 /* The calling thread's thread pointer. */
 static inline void *pvrt_tp_get(void)

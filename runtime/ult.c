@@ -1030,6 +1030,8 @@ static void ult_entry(void *arg)
 	struct pvrt_m *m = pvrt_m_cur();
 	if (m) /* release: as pvrt_rt_leave_slow */
 		__atomic_store_n(&m->inrt, 0, __ATOMIC_RELEASE);
+	if (u->tp)
+		pvrt_tls_start();
 	void *(*wrap)(void *(*)(void *), void *) = pvrt_ult_entry_wrap;
 	void *r = wrap ? wrap(u->fn, u->arg) : u->fn(u->arg);
 	pvrt_rt_enter(); /* never left: the exit switch saves it */

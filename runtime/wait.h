@@ -50,5 +50,23 @@ int rt_mn_create(pthread_t *t, const pthread_attr_t *attr, void *(*fn)(void *),
 /* Around a condvar wait of the caller (no-ops unless it is a ULT): cancellation points. */
 void rt_mn_cond_enter(void *c) PVRT_HIDDEN;
 void rt_mn_cond_leave(void) PVRT_HIDDEN;
+/*
+ * Around an exec or a spawn of a program by the caller (preload_exec.c): a worker's kernel
+ * thread is pinned to its CPU, and a new program inherits that; enter gives the thread the
+ * CPUs the program's ULTs report (sched_getaffinity: those it started on) and keeps the ULT on
+ * this thread until leave (the preemption signal is blocked: a preempted ULT could go on on
+ * another worker's thread), leave (after a failed exec, or once the spawn returned) puts the
+ * thread's CPUs and mask back, errno kept. Nothing to do (on = false) for a thread that is not
+ * a ULT or outside M:N mode.
+ */
+#include <sched.h>
+#include <signal.h>
+struct rt_mn_spawn {
+	bool on;
+	cpu_set_t cpus;
+	sigset_t mask;
+};
+void rt_mn_spawn_enter(struct rt_mn_spawn *s) PVRT_HIDDEN;
+void rt_mn_spawn_leave(const struct rt_mn_spawn *s) PVRT_HIDDEN;
 
 #endif /* PVRT_RUNTIME_WAIT_H */

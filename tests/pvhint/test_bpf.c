@@ -653,6 +653,7 @@ static int daemon_bogus(void)
 	CHECK(strstr(pvhint_errmsg(), "pvhintd") && strstr(pvhint_errmsg(), "page"));
 	CHECK(!pvhint_open(&(struct pvhint_options){.source = "auto"}, &u));
 	CHECK(!strcmp(pvhint_source_name(u), "none"));
+	pvhint_close(u);
 	return 0;
 }
 

@@ -357,6 +357,15 @@ int pvhint__emu_open(struct pvhint_impl *im, const char *spec, const char *label
 		goto fail_sig;
 	}
 	e->ctl_started = true;
+	/*
+	 * Return once the control thread runs its own code: its start is where a thread
+	 * allocates (its stack, a sanitizer's per-thread state), and a fork() then leaves the
+	 * child a lock that no thread of its own holds. glibc's malloc is fork-safe; the
+	 * sanitizers' allocators are not (test_emu_export's child, forked right after an open,
+	 * hung in LeakSanitizer's exit check). Acquire: pairs with the control thread's store.
+	 */
+	while (!__atomic_load_n(&e->ctl_up, __ATOMIC_ACQUIRE))
+		emu_futex_wait(&e->ctl_up, 0, 0);
 	im->emu = e;
 	return 0;
 

@@ -77,8 +77,9 @@ struct emu_vcpu {
 
 struct pvhint_emu {
 	struct emu_conf c;
-	uint32_t lock; /* emu_lock: the model, the lists, the records */
-	uint32_t kick; /* futex word: bumped (under lock) to wake the control thread */
+	uint32_t lock;	 /* emu_lock: the model, the lists, the records */
+	uint32_t kick;	 /* futex word: bumped (under lock) to wake the control thread */
+	uint32_t ctl_up; /* futex word: 1 once the control thread runs its own code (open waits) */
 	pthread_t ctl;
 	bool ctl_started, exiting;
 	bool khalt;	      /* slice/noisy with ksleep > 0: kernel sleep halts a vCPU */

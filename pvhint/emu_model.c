@@ -201,6 +201,9 @@ void *emu_control_main(void *arg)
 		struct sched_param sp = {.sched_priority = 1};
 		pthread_setschedparam(pthread_self(), SCHED_FIFO, &sp);
 	}
+	/* Release: the open waiting for this returns only now (see emu.c, the open). */
+	__atomic_store_n(&e->ctl_up, 1, __ATOMIC_RELEASE);
+	os_futex_wake(&e->ctl_up, 1);
 	emu_lock_enter(&e->lock);
 	unsigned resteps = 0;
 	while (!e->exiting) {

@@ -747,8 +747,8 @@ static void drop_export_from_env(void)
 /*
  * Under source auto (the default) the hint source is opened when the process creates its second
  * thread, or at its first contended lock, not at load: where auto ends at the bpf source, opening
- * loads a kernel program, which the kernel verifies (`perf stat -e task-clock pvrt-run
- * --hints=bpf -- true`: 0.16 s of CPU on a 2-core machine, 3 ms with none), and a single-threaded
+ * loads a kernel program (`perf stat -e task-clock pvrt-run --hints=bpf -- true`: 22 ms of CPU
+ * on a 2-core machine, 3 ms with none; pvhint/README.md), and a single-threaded
  * process (a shell, a compiler, most of what a build runs under pvrt-run) has no lock to contend on
  * and must not pay that. An explicit source (emu: threads attach from the start; or a bad value:
  * said at once) opens here.

@@ -473,10 +473,10 @@ int pvhint__bpf_open(struct pvhint_impl *im, bool vcpu)
 	if (!inst.ready) {
 		/*
 		 * pvhintd's instance first, privileged or not: attaching is a connect and two
-		 * descriptors, where a load of our own costs the kernel's verification of the
-		 * program (0.1-0.2 s of CPU) in every process, and runs one more program at every
-		 * context switch. Without a daemon, load; a process that may not load and has no
-		 * daemon gets both reasons.
+		 * descriptors, where a load of our own costs every process the kernel's BTF parse
+		 * and verification (about 20 ms of CPU here, pvhint/README.md), and runs one more
+		 * program at every context switch. Without a daemon, load; a process that may not
+		 * load and has no daemon gets both reasons.
 		 */
 		char why[160];
 		int derr = daemon_attach(why, sizeof(why));

@@ -643,14 +643,16 @@ static int daemon_silent(void)
 	return 0;
 }
 
-/* Nobody, with a daemon that sends something else than its page: the error, not a crash. */
-static int daemon_bogus(void)
+/* A client the bpf source refuses (as `who`): error `want` with a one-line message naming
+ * pvhintd and `word`, and none under auto. */
+static int refused(const char *who, int want, const char *word)
 {
 	pvhint_t *u;
 	int err = pvhint_open(&(struct pvhint_options){.source = "bpf"}, &u);
-	printf("bogus daemon: %d %s\n", err, pvhint_errmsg());
-	CHECK_EQ(err, -EPROTO);
-	CHECK(strstr(pvhint_errmsg(), "pvhintd") && strstr(pvhint_errmsg(), "page"));
+	printf("%s: %d %s\n", who, err, pvhint_errmsg());
+	CHECK_EQ(err, want);
+	CHECK(strstr(pvhint_errmsg(), "pvhintd") && strstr(pvhint_errmsg(), word));
+	CHECK(!strchr(pvhint_errmsg(), '\n'));
 	CHECK(!pvhint_open(&(struct pvhint_options){.source = "auto"}, &u));
 	CHECK(!strcmp(pvhint_source_name(u), "none"));
 	pvhint_close(u);
@@ -698,21 +700,6 @@ static void *bogus_main(void *arg)
 		close(c);
 	}
 	return NULL;
-}
-
-/* Run as a user outside the socket's group: the error, and none under auto. */
-static int daemon_outsider(void)
-{
-	pvhint_t *u;
-	int err = pvhint_open(&(struct pvhint_options){.source = "bpf"}, &u);
-	printf("outsider: %d %s\n", err, pvhint_errmsg());
-	CHECK_EQ(err, -EPERM);
-	CHECK(strstr(pvhint_errmsg(), "pvhintd") && strstr(pvhint_errmsg(), "Permission denied"));
-	CHECK(!strchr(pvhint_errmsg(), '\n'));
-	CHECK(!pvhint_open(&(struct pvhint_options){.source = "auto"}, &u));
-	CHECK(!strcmp(pvhint_source_name(u), "none"));
-	pvhint_close(u);
-	return 0;
 }
 
 static volatile int serve_stop;
@@ -795,11 +782,13 @@ int main(int argc, char **argv)
 	if (argc > 1 && !strcmp(argv[1], "--daemon-client"))
 		return daemon_client();
 	if (argc > 1 && !strcmp(argv[1], "--daemon-outsider"))
-		return daemon_outsider();
+		/* Outside the socket's group: the error, and none under auto. */
+		return refused("outsider", -EPERM, "Permission denied");
 	if (argc > 1 && !strcmp(argv[1], "--daemon-silent"))
 		return daemon_silent();
 	if (argc > 1 && !strcmp(argv[1], "--daemon-bogus"))
-		return daemon_bogus();
+		/* A daemon that sends something else than its page: the error, not a crash. */
+		return refused("bogus daemon", -EPROTO, "page");
 
 	if (argc > 1 && !strcmp(argv[1], "--usable")) {
 		err = pvhint_open(&(struct pvhint_options){.source = "bpf"}, &h);

@@ -703,9 +703,7 @@ static inline __attribute__((always_inline)) void queue_local(struct pvrt_worker
 	/* Release: whoever claims it sees its saved context. */
 	__atomic_store_n(&u->state, ULT_READY, __ATOMIC_RELEASE);
 	ring_put(&w->ring, u);
-	/* Only w may run a ULT bound here: waking an idle worker would only have it steal u and
-	 * send it back, leaving w meanwhile without it. */
-	if (unlikely(pvrt_rt.nw > 1) && ult_bound(u) < 0)
+	if (unlikely(pvrt_rt.nw > 1))
 		notify_idle(w);
 }
 

@@ -5,6 +5,7 @@
  */
 #define _GNU_SOURCE
 #include "internal.h"
+#include "pvrt_os.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -379,7 +380,7 @@ uint64_t pvhint_steal(const pvhint_t *h, unsigned v)
 	for (int tries = 0; tries < 64; tries++) {
 		uint32_t v1 = __atomic_load_n(&r->version, __ATOMIC_ACQUIRE);
 		if (v1 & 1) {
-			sched_yield(); /* the writer (host or emulator) is mid-update */
+			os_yield(); /* the writer (host or emulator) is mid-update */
 			continue;
 		}
 		uint64_t s = __atomic_load_n(&r->steal, __ATOMIC_ACQUIRE);

@@ -251,7 +251,7 @@ void pvrt_preempt_fini(void)
 	 * keeps the handler installed (its default action would kill the process).
 	 */
 	for (int i = 0; i < 1000 && __atomic_load_n(&inflight, __ATOMIC_ACQUIRE); i++)
-		sched_yield();
+		os_yield();
 	if (__atomic_load_n(&inflight, __ATOMIC_ACQUIRE))
 		return;
 	sigaction(installed, &old_act, NULL);

@@ -255,7 +255,7 @@ void pvrt_m_lost(struct pvrt_m *m)
 	uint32_t l;
 	/* 1: sysmon is deciding (a few instructions and a membarrier). */
 	while ((l = __atomic_load_n(&m->lost, __ATOMIC_ACQUIRE)) == 1)
-		sched_yield();
+		os_yield();
 	if (l == 0)
 		return;
 	/* Acquire above: lost_ult and home are sysmon's writes. Cleared first: a kick landing

@@ -87,7 +87,7 @@ static struct {
 	unsigned nkw;
 	/* The owner words of ld.so's recursive locks (in _rtld_global): the kernel tid of the
 	 * thread that holds each (pvrt_tls_ldso_locked). */
-	const int *ldso_owner[MAX_LDSO_LOCKS];
+	int *ldso_owner[MAX_LDSO_LOCKS]; /* at most 32: a mask holds them */
 	unsigned nldso;
 	bool ldso_known;
 } T;
@@ -250,7 +250,7 @@ static void ldso_scan(char *g, size_t size, int tid)
 	T.nldso = 0;
 	for (size_t o = 0; o + sizeof(pthread_mutex_t) <= size && T.nldso < MAX_LDSO_LOCKS;
 	     o += 8) {
-		const struct __pthread_mutex_s *m = (const void *)(g + o);
+		struct __pthread_mutex_s *m = (void *)(g + o);
 		if (m->__kind != PTHREAD_MUTEX_RECURSIVE_NP || m->__spins || m->__elision ||
 		    m->__list.__prev || m->__list.__next)
 			continue;
@@ -307,6 +307,29 @@ bool pvrt_tls_ldso_locked(int tid)
 		if (__atomic_load_n(T.ldso_owner[i], __ATOMIC_RELAXED) == tid)
 			return true;
 	return false;
+}
+
+unsigned pvrt_tls_ldso_disown(int tid)
+{
+	unsigned held = 0;
+	for (unsigned i = 0; i < T.nldso; i++)
+		if (__atomic_load_n(T.ldso_owner[i], __ATOMIC_RELAXED) == tid) {
+			/* No tid is 0: nobody takes it "recursively" until the holder owns it
+			 * again. glibc's lock path reads the owner only to compare it with its own
+			 * tid. */
+			__atomic_store_n(T.ldso_owner[i], 0, __ATOMIC_RELAXED);
+			held |= 1u << i;
+		}
+	return held;
+}
+
+void pvrt_tls_ldso_own(unsigned held)
+{
+	/* The tid glibc compares with when it unlocks: the one cached in the running TCB. */
+	int tid = *(int *)(pd_of(pvrt_tp_get()) + T.off_tid);
+	for (unsigned i = 0; i < T.nldso; i++)
+		if (held & (1u << i))
+			__atomic_store_n(T.ldso_owner[i], tid, __ATOMIC_RELAXED);
 }
 
 int pvrt_tls_init(const char **why)

@@ -57,14 +57,27 @@ void pvrt_tls_release(void *tp) PVRT_HIDDEN_TLS;
 struct pvrt_ult *pvrt_tls_ult_of(const void *tp) PVRT_HIDDEN_TLS;
 
 /*
- * ld.so's recursive locks are owned by a kernel tid, which the ULTs of a worker share: a ULT
- * switched out while it holds one would let the next ULT there enter ld.so "recursively", and
- * a thread that must take it (sysmon starting a spare) would wait for a ULT that cannot run.
+ * ld.so's recursive locks are owned by a kernel tid, which the ULTs of a worker share, so their
+ * ownership is moved with the ULT that holds them (below): switched out, it leaves them with no
+ * owner (the next ULT there cannot enter ld.so "recursively"); switched in, anywhere, it owns
+ * them again. A ULT holding one is still never preempted (preempt.c): a thread that must take
+ * it (sysmon starting a spare) would wait for a ULT that may not run.
  * pvrt_tls_ldso_locked(tid): the thread tid holds one of them (a few plain loads, signal
  * safe). pvrt_tls_ldso_known(): the locks were found (pvrt_tls_init), else it says false.
  */
 bool pvrt_tls_ldso_known(void) PVRT_HIDDEN_TLS;
 bool pvrt_tls_ldso_locked(int tid) PVRT_HIDDEN_TLS;
+
+/*
+ * A ULT that holds ld.so's locks and moves to another kernel thread takes their ownership with
+ * it (the ULT, not the thread, is their holder: it unlocks them where it then runs, and glibc
+ * refuses an unlock from another tid, leaving the lock held for good). pvrt_tls_ldso_disown(tid)
+ * clears the owner of those that tid holds, so no thread matches it meanwhile, and returns them
+ * as a mask; pvrt_tls_ldso_own(mask), run in the ULT once it runs again, makes the running TCB's
+ * tid their owner.
+ */
+unsigned pvrt_tls_ldso_disown(int tid) PVRT_HIDDEN_TLS;
+void pvrt_tls_ldso_own(unsigned held) PVRT_HIDDEN_TLS;
 
 /* The calling thread's thread pointer. */
 static inline void *pvrt_tp_get(void)

@@ -860,8 +860,14 @@ static void switch_ctx(struct pvrt_worker *w, struct pvrt_ctxrec *from, struct p
 		syscall(SYS_rt_sigprocmask, SIG_SETMASK, &to->sigmask, NULL, 8);
 		w->sigmask = to->sigmask;
 	}
+	/* ld.so's locks go with the context that holds them (tls.h): a ULT that waits inside
+	 * dlopen (a library constructor taking a contended lock) resumes on whichever kernel thread
+	 * runs it then, and the ULTs that run here meanwhile must not take them "recursively". */
+	unsigned ldso = unlikely(pvrt_rt.ult_tls) ? pvrt_tls_ldso_disown(w->tid) : 0;
 	pvrt_ctx_switch(&from->sp, tc->sp);
 	pvrt_after_switch();
+	if (unlikely(ldso))
+		pvrt_tls_ldso_own(ldso);
 }
 
 /*
@@ -874,11 +880,20 @@ void pvrt_switch_home(struct pvrt_ult *self, struct pvrt_m *m)
 	/* The home context runs on the thread's own TLS (the worker went to another thread,
 	 * whose thread pointer the worker now records: take()), with the kernel-thread words as
 	 * this thread left them on the ULT's (no worker: pvrt_after_switch must see NULL). */
-	if (pvrt_rt.ult_tls && m->tp)
+	unsigned ldso = 0;
+	if (pvrt_rt.ult_tls && m->tp) {
+		/* Its ld.so locks go with the ULT (see switch_ctx): a library constructor under
+		 * dlopen calls pthread functions, and so enters the runtime and notices the loss.
+		 * Open MPI's ranks under --mn hung in dlsym, the primary waiting on a lock owned
+		 * by the tid it had left. */
+		ldso = pvrt_tls_ldso_disown(m->tid);
 		pvrt_tls_home(m->tp);
+	}
 	pvrt_san_switch(&self->ctx.san, &m->home.san, 0);
 	pvrt_ctx_switch(&self->ctx.sp, m->home.sp);
 	pvrt_after_switch();
+	if (ldso)
+		pvrt_tls_ldso_own(ldso);
 }
 
 void pvrt_switch(struct pvrt_worker *w, struct pvrt_ctxrec *from, struct pvrt_ult *to,

@@ -7,6 +7,8 @@
  * returned MOD while MOD's constructor had not finished, and a spare thread started for a
  * hand-off at such a moment waited forever for ld.so's TLS lock. The ULT holding an ld.so
  * lock must not be preempted: the other dlopen returns only after the constructor.
+ * With mn_ldso_wait_mod the constructor waits (ULT sleeps) instead: the ULT holding the lock
+ * switches out, and the others must still wait for it (ctest mn.ldso_wait).
  * usage: mn_ldso MOD
  */
 #include "mn_check.h"

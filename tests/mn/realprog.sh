@@ -6,7 +6,6 @@
 # OpenMP ($MN_OMP, 4 and 8 threads, passive and active waits), Open MPI with threads in each
 # rank ($MN_MPI with $MN_MPIEXEC: 2 ranks, each under pvrt-run --mn on a CPU of its own).
 # Programs that are not installed are skipped (a line says so); exit 77 when none ran.
-# MN_OMP_HELD=REASON skips OpenMP with that reason; MN_ONLY=omp runs only OpenMP.
 # usage: realprog.sh PVRT-RUN [SQLITE_THREADS]
 set -u
 pvrt_run=$1
@@ -35,12 +34,6 @@ omp() { # OpenMP: libgomp spins (GOMP_SPINCOUNT), then waits with raw futex call
 		done
 	done
 }
-# MN_ONLY=omp: the OpenMP runs alone (ctest mn.realprog_omp, label soak: see runtime/MN.md).
-if [ "${MN_ONLY:-}" = omp ]; then
-	[ -n "${MN_OMP:-}" ] || { skip OpenMP "not built (the compiler has no OpenMP)"; exit 77; }
-	omp
-	exit 0
-fi
 awk 'BEGIN { srand(7); for (i = 0; i < 200000; i++) printf "%d %x\n", int(rand() * 1e9), i }' \
 	>"$tmp/in.txt"
 command -v sort >/dev/null && same "sort --parallel=4" sort --parallel=4 -S 8M "$tmp/in.txt"
@@ -121,9 +114,7 @@ if [ -n "${MN_BLAS:-}" ]; then
 else
 	skip "OpenBLAS dgemm" "not built (Debian libopenblas-dev)"
 fi
-if [ -n "${MN_OMP_HELD:-}" ]; then
-	skip OpenMP "$MN_OMP_HELD"
-elif [ -n "${MN_OMP:-}" ]; then
+if [ -n "${MN_OMP:-}" ]; then
 	omp
 else
 	skip OpenMP "not built (the compiler has no OpenMP)"

@@ -105,7 +105,7 @@ struct pvrt_ult {
 #if PVRT_INJECT_WFCQ
 	struct cds_wfcq_node qnode;
 #endif
-	/* In the global pool, in a batch's first descriptor (ult.c): the next batch, the batch's
+	/* In the global pool, in a batch's first descriptor (desc.c): the next batch, the batch's
 	 * last descriptor, its length and how many of them hold a stack. */
 	struct pvrt_ult *batch_next;
 	struct pvrt_ult *batch_last;
@@ -125,7 +125,7 @@ struct pvrt_ringbuf {
 
 /*
  * The local queue: single producer (the owner), multiple consumers (the owner and thieves), FIFO.
- * Consumers CAS head; the owner publishes at tail. Entries may be stale (see ult.c: claim by
+ * Consumers CAS head; the owner publishes at tail. Entries may be stale (see queue.c: claim by
  * CAS on the ULT's state), which is why descriptors are type-stable (never returned to the
  * allocator while the runtime runs). The owner doubles the buffer when it is full (as a
  * Chase-Lev deque grows), so a burst of N creates never spills into the injection queue.
@@ -158,7 +158,7 @@ struct pvrt_timer {
 	void (*fn)(struct pvrt_timer *t); /* called under the heap lock, on the heap's worker */
 };
 
-#define PVRT_STACK_KEEP 16 /* stacks a parking worker keeps in its pool (ult.c) */
+#define PVRT_STACK_KEEP 16 /* stacks a parking worker keeps in its pool (desc.c) */
 #define PVRT_POOL_LOCAL 128
 
 struct pvrt_worker {
@@ -262,7 +262,7 @@ struct pvrt_rt {
 	uint64_t foreign_ids;
 	/* Global descriptor pool and the chunks they live in. */
 	struct pvrt_lock plock PVRT_ALIGNED;
-	struct pvrt_ult *pool;	/* batches of free descriptors (ult.c) */
+	struct pvrt_ult *pool;	/* batches of free descriptors (desc.c) */
 	uint32_t nstacks;	/* descriptors in pool that hold a stack (plock; racy reads) */
 	uint64_t stacks_mapped; /* ULT stacks mapped now: running, pooled or hot (pvrt_stats) */
 	struct pvrt_chunk *chunks;
@@ -418,34 +418,146 @@ void pvrt_m_idle(struct pvrt_m *m) PVRT_HIDDEN; /* a worker's thread left its wo
 void pvrt_ms_fini(void) PVRT_HIDDEN;
 void pvrt_primary_home(void) PVRT_HIDDEN; /* finalize: back to the thread that called init */
 
-/* ---- ult.c ---- */
+/* ---- desc.c: allocation, descriptors, stacks ---- */
+struct pvrt_ult *pvrt_desc_get_slow(struct pvrt_worker *w) PVRT_HIDDEN;
+/* A free descriptor, most often with a stack, from w's pool (w NULL: a foreign thread, from the
+ * global pool); NULL without memory. Inline: every create takes one. */
+static inline struct pvrt_ult *pvrt_desc_get(struct pvrt_worker *w)
+{
+	struct pvrt_ult *u;
+	if (likely(w && w->pool)) {
+		u = w->pool;
+		w->pool = u->qnext;
+		if (!w->pool)
+			w->pool_last = NULL;
+		w->npool--;
+		w->nstacks -= u->stack != NULL;
+		return u;
+	}
+	return pvrt_desc_get_slow(w);
+}
+void pvrt_desc_put(struct pvrt_worker *w, struct pvrt_ult *u) PVRT_HIDDEN;
+void pvrt_pool_fini(void) PVRT_HIDDEN;
+/* Free pooled stacks of w beyond PVRT_STACK_KEEP, and with global those of the global pool
+ * (w's owner, about to park). */
+void pvrt_stacks_trim(struct pvrt_worker *w, bool global) PVRT_HIDDEN;
+int pvrt_stack_alloc(size_t size, size_t guard, void **stack, unsigned *vg_id) PVRT_HIDDEN;
+void pvrt_stack_free(void *stack, size_t len, unsigned vg_id) PVRT_HIDDEN;
+/* ULT stacks, counted (pvrt_stats.stacks). */
+int pvrt_ult_stack_alloc(size_t len, size_t guard, void **out, unsigned *vg_id) PVRT_HIDDEN;
+void pvrt_ult_stack_free(void *stack, size_t len, unsigned vg_id) PVRT_HIDDEN;
+
+/* ---- queue.c: run queues, waking workers, placement ---- */
 /* Make a BLOCKED (or fresh, or claimed) ULT ready; any thread. */
 void pvrt_ult_ready(struct pvrt_ult *u) PVRT_HIDDEN;
-/* Block the calling ULT (its state already set to BLOCKED by the caller); post(w, arg) runs in
- * the next context once this one is suspended (e.g., to release the lock its waker needs). */
-void pvrt_ult_block(void (*post)(struct pvrt_worker *, void *), void *arg) PVRT_HIDDEN;
+/* The same from worker w (NULL: a foreign thread), in a runtime section: where it is bound, or
+ * where the policy places it. */
+void pvrt_ult_ready_from(struct pvrt_worker *w, struct pvrt_ult *u) PVRT_HIDDEN;
+void pvrt_requeue(struct pvrt_worker *w, struct pvrt_ult *u) PVRT_HIDDEN;
 /* Pop work for worker w: local ring, injection queue; NULL if none. */
 struct pvrt_ult *pvrt_local_next(struct pvrt_worker *w) PVRT_HIDDEN;
 struct pvrt_ult *pvrt_steal(struct pvrt_worker *w) PVRT_HIDDEN;
 bool pvrt_has_work(struct pvrt_worker *w) PVRT_HIDDEN;
+void pvrt_wake_worker(unsigned i) PVRT_HIDDEN;
+void pvrt_notify_idle(struct pvrt_worker *w) PVRT_HIDDEN;
+/* Fill in the scheduler's view of the runtime (sched/pvrt_sched.h). */
+void pvrt_sched_view_init(struct pvrt_sched_view *v) PVRT_HIDDEN;
+bool pvrt_ring_grow(struct pvrt_ring *r, struct pvrt_ringbuf *b, uint64_t h,
+		    uint64_t t) PVRT_HIDDEN;
+
+/*
+ * A ULT's binding: written by the ULT itself (set_worker) or its creator, read by whoever places
+ * it, possibly concurrently (yield_to): relaxed atomics, a stale value only misplaces it once.
+ */
+static inline int pvrt_ult_bound(const struct pvrt_ult *u)
+{
+	return __atomic_load_n(&u->bound, __ATOMIC_RELAXED);
+}
+
+/* Does u have to run on a worker other than w? */
+static inline bool pvrt_bound_elsewhere(const struct pvrt_ult *u, const struct pvrt_worker *w)
+{
+	int b = pvrt_ult_bound(u);
+	return b >= 0 && (unsigned)b != w->idx;
+}
+
+/* The owner's side of a ring and the injection queue's enqueue, inline for create (ult.c) and
+ * the placement in queue.c. */
+static inline bool pvrt_ring_reserve(struct pvrt_ring *r)
+{
+	/* Acquire: a consumer read the slot we may reuse before its CAS moved head past it. */
+	uint64_t h = __atomic_load_n(&r->head, __ATOMIC_ACQUIRE);
+	struct pvrt_ringbuf *b = __atomic_load_n(&r->buf, __ATOMIC_RELAXED); /* only we write it */
+	uint64_t t = r->tail; /* only the owner writes tail */
+	if (likely(b && t - h <= b->mask))
+		return true;
+	return pvrt_ring_grow(r, b, h, t);
+}
+
+/* Append u (owner only, after pvrt_ring_reserve()). */
+static inline void pvrt_ring_put(struct pvrt_ring *r, struct pvrt_ult *u)
+{
+	uint64_t t = r->tail;
+	struct pvrt_ringbuf *b = __atomic_load_n(&r->buf, __ATOMIC_RELAXED);
+	__atomic_store_n(&b->e[t & b->mask], u, __ATOMIC_RELAXED);
+	/* Release: publishes the slot (and the ULT's READY state and saved context) to consumers.
+	 */
+	__atomic_store_n(&r->tail, t + 1, __ATOMIC_RELEASE);
+}
+
+static inline void pvrt_inject_push(struct pvrt_worker *t, struct pvrt_ult *u)
+{
+	__atomic_store_n(&u->state, ULT_READY_INJ, __ATOMIC_RELAXED);
+#if PVRT_INJECT_WFCQ
+	cds_wfcq_node_init(&u->qnode);
+	/* Wait-free; a full barrier before publication orders the ULT's saved state. */
+	cds_wfcq_enqueue(&t->inj.head, &t->inj.tail, &u->qnode);
+#else
+	u->qnext = NULL;
+	pvrt_lock_acquire(&t->inj.lock);
+	if (t->inj.last)
+		t->inj.last->qnext = u;
+	else
+		t->inj.first = u;
+	t->inj.last = u;
+	pvrt_lock_release(&t->inj.lock);
+#endif
+	/* Seq_cst: ordered before our read of the target's park word (see inject_to, queue.c). */
+	__atomic_fetch_add(&t->inj.n, 1, __ATOMIC_SEQ_CST);
+}
+
+/* Queue u, claimed or fresh and free to run on w, on w's ring (its owner). */
+static inline __attribute__((always_inline)) void pvrt_queue_local(struct pvrt_worker *w,
+								   struct pvrt_ult *u)
+{
+	/*
+	 * Decide on the ring before publishing READY: a stale ring entry elsewhere may claim u the
+	 * moment it is READY, so a READY ULT must not then also go into an injection queue.
+	 */
+	if (unlikely(!pvrt_ring_reserve(&w->ring))) {
+		pvrt_inject_push(w, u);
+		return;
+	}
+	/* Release: whoever claims it sees its saved context. */
+	__atomic_store_n(&u->state, ULT_READY, __ATOMIC_RELEASE);
+	pvrt_ring_put(&w->ring, u);
+	if (unlikely(pvrt_rt.nw > 1))
+		pvrt_notify_idle(w);
+}
+
+/* ---- ult.c: switching, life cycle ---- */
+/* Block the calling ULT (its state already set to BLOCKED by the caller); post(w, arg) runs in
+ * the next context once this one is suspended (e.g., to release the lock its waker needs). */
+void pvrt_ult_block(void (*post)(struct pvrt_worker *, void *), void *arg) PVRT_HIDDEN;
 void pvrt_switch(struct pvrt_worker *w, struct pvrt_ctxrec *from, struct pvrt_ult *to,
 		 void (*post)(struct pvrt_worker *, void *), void *arg) PVRT_HIDDEN;
 void pvrt_after_switch(void) PVRT_HIDDEN;
-void pvrt_wake_worker(unsigned i) PVRT_HIDDEN;
-void pvrt_pool_fini(void) PVRT_HIDDEN;
 /* Wait until every ULT but the primary has exited (finalize, the M:N main thread's exit). */
 void pvrt_wait_nlive_zero(void) PVRT_HIDDEN;
-/* Free pooled stacks of w beyond PVRT_STACK_KEEP, and with global those of the global pool
- * (w's owner, about to park). */
-void pvrt_stacks_trim(struct pvrt_worker *w, bool global) PVRT_HIDDEN;
 void pvrt_ult_init_primary(struct pvrt_ult *u) PVRT_HIDDEN;
-int pvrt_stack_alloc(size_t size, size_t guard, void **stack, unsigned *vg_id) PVRT_HIDDEN;
-void pvrt_stack_free(void *stack, size_t len, unsigned vg_id) PVRT_HIDDEN;
 size_t pvrt_page_size(void) PVRT_HIDDEN;
 /* A descriptor for the primary ULT (the thread that called pvrt_init). */
 struct pvrt_ult *pvrt_primary_alloc(void) PVRT_HIDDEN;
-/* Fill in the scheduler's view of the runtime (sched/pvrt_sched.h). */
-void pvrt_sched_view_init(struct pvrt_sched_view *v) PVRT_HIDDEN;
 
 /* The calling kernel thread's signal mask (the first 64 signals, the kernel's sigset). */
 uint64_t pvrt_kernel_sigmask(void) PVRT_HIDDEN;
@@ -472,10 +584,38 @@ void pvrt_timers_fini(struct pvrt_worker *w) PVRT_HIDDEN;
 /* ---- key.c ---- */
 void pvrt_keys_run_destructors(struct pvrt_keyvals **kv) PVRT_HIDDEN;
 
-/* ---- runtime.c ---- */
+/* ---- runtime.c: errors, the stack-overflow handler, init/finalize ---- */
 int pvrt_fail(int err, const char *msg) PVRT_HIDDEN;
-void pvrt_sched_loop(struct pvrt_worker *w) PVRT_HIDDEN;
+/* pvrt_fail with a message formatted from fmt and two strings. */
+int pvrt_failf(int err, const char *fmt, const char *a, const char *b) PVRT_HIDDEN;
+/* The stack-overflow handler's alternate signal stack for w's thread (when the handler is
+ * installed); old receives the thread's previous one, which pvrt_altstack_off restores. */
+void pvrt_altstack_on(struct pvrt_worker *w, stack_t *old) PVRT_HIDDEN;
+void pvrt_altstack_off(struct pvrt_worker *w, const stack_t *old) PVRT_HIDDEN;
 /* In a fork child: forget the parent's runtime (leaking it) so that pvrt_init works again. */
 void pvrt_fork_child_reset(void) PVRT_HIDDEN;
+
+/* ---- config.c: pvrt_config and PVRT_* settings ---- */
+struct pvrt_settings {
+	unsigned nw;
+	int cpus[PVRT_MAX_WORKERS];
+	unsigned ncpus;
+	size_t stack;
+	const struct pvrt_sched_policy *pol;
+	uint64_t poll_min, poll_max;
+	int eager;
+	uint64_t slack;
+	uint64_t slice, handoff;
+	int ult_tls;
+};
+/* Check c (NULL: defaults) and the environment into s; 0 or a negative errno (message set). */
+int pvrt_configure(const struct pvrt_config *c, struct pvrt_settings *s) PVRT_HIDDEN;
+
+/* ---- worker.c: scheduler loop, idle ---- */
+void pvrt_sched_loop(struct pvrt_worker *w) PVRT_HIDDEN;
+/* Worker 0's scheduler context starts here (arg: the worker). */
+void pvrt_sched_entry(void *arg) PVRT_HIDDEN;
+/* The thread of workers 1..n-1 (arg: the worker). */
+void *pvrt_worker_main(void *arg) PVRT_HIDDEN;
 
 #endif /* PVRT_RUNTIME_INTERNAL_H */

@@ -1,13 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Runtime life cycle: configuration, workers (one pinned kernel thread per CPU), the scheduler
- * loop, idle (adaptive halt-polling, then futex park), the stack-overflow handler, statistics.
+ * Runtime life cycle: errors, the stack-overflow handler, init/finalize (the primary ULT, starting
+ * and stopping the workers), statistics. Configuration: config.c; the workers' scheduler loop and
+ * idle: worker.c.
  */
 #define _GNU_SOURCE
 #include "internal.h"
 
 #include <errno.h>
-#include <limits.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,7 +30,7 @@ int pvrt_fail(int err, const char *msg)
 	return err;
 }
 
-static int failf(int err, const char *fmt, const char *a, const char *b)
+int pvrt_failf(int err, const char *fmt, const char *a, const char *b)
 {
 	snprintf(errbuf, sizeof(errbuf), fmt, a, b);
 	errmsg = errbuf;
@@ -40,249 +40,6 @@ static int failf(int err, const char *fmt, const char *a, const char *b)
 const char *pvrt_errmsg(void)
 {
 	return errmsg;
-}
-
-/* ---------------------------------------------------------------- configuration */
-
-static int parse_u64(const char *s, uint64_t *out, bool suffixes)
-{
-	char *end;
-	if (!s || !*s || *s == '-' || *s == ' ')
-		return -EINVAL;
-	errno = 0;
-	unsigned long long v = strtoull(s, &end, 10);
-	if (errno || end == s)
-		return -EINVAL;
-	uint64_t mul = 1;
-	if (suffixes && *end) {
-		if ((*end == 'k' || *end == 'K') && !end[1])
-			mul = 1024;
-		else if ((*end == 'm' || *end == 'M') && !end[1])
-			mul = 1024 * 1024;
-		else
-			return -EINVAL;
-	} else if (*end) {
-		return -EINVAL;
-	}
-	if (v > UINT64_MAX / mul)
-		return -EINVAL;
-	*out = v * mul;
-	return 0;
-}
-
-/* "0-3,6": CPUs into set. -EINVAL on syntax errors. */
-static int parse_cpus(const char *s, cpu_set_t *set)
-{
-	CPU_ZERO(set);
-	const char *p = s;
-	if (!*p)
-		return -EINVAL;
-	while (*p) {
-		char *end;
-		if (*p < '0' || *p > '9')
-			return -EINVAL;
-		unsigned long a = strtoul(p, &end, 10), b = a;
-		p = end;
-		if (*p == '-') {
-			p++;
-			if (*p < '0' || *p > '9')
-				return -EINVAL;
-			b = strtoul(p, &end, 10);
-			p = end;
-		}
-		if (a > b || b >= CPU_SETSIZE)
-			return -EINVAL;
-		for (unsigned long c = a; c <= b; c++)
-			CPU_SET(c, set);
-		if (*p == ',' && p[1])
-			p++;
-		else if (*p)
-			return -EINVAL;
-	}
-	return 0;
-}
-
-static const char *env_or(const char *given, const char *name)
-{
-	if (given)
-		return given;
-	const char *e = secure_getenv(name); /* none under AT_SECURE (setuid) */
-	return e && *e ? e : NULL;
-}
-
-struct settings {
-	unsigned nw;
-	int cpus[PVRT_MAX_WORKERS];
-	unsigned ncpus;
-	size_t stack;
-	const struct pvrt_sched_policy *pol;
-	uint64_t poll_min, poll_max;
-	int eager;
-	uint64_t slack;
-	uint64_t slice, handoff;
-	int ult_tls;
-};
-
-/* PVRT_SLICE_NS / PVRT_HANDOFF_NS: a number of ns in [min, 10 s], or 0 / "off". */
-static int parse_ns_off(int64_t given, const char *name, uint64_t def, uint64_t min, uint64_t *out)
-{
-	const char *e;
-	*out = def;
-	if (given == -1) {
-		*out = 0;
-	} else if (given) {
-		*out = (uint64_t)given;
-	} else if ((e = env_or(NULL, name))) {
-		if (!strcmp(e, "off"))
-			*out = 0;
-		else if (parse_u64(e, out, false))
-			return failf(-EINVAL, "%s: '%s' is not a number of ns (or 0, off)", name,
-				     e);
-	}
-	if (given < -1 || (*out && (*out < min || *out > 10000000000ull)))
-		return failf(-EINVAL, "%s: out of range (%s)", name,
-			     min == 100000 ? "100 us .. 10 s, or 0/off"
-					   : "50 us .. 10 s, or 0/off");
-	return 0;
-}
-
-static int configure(const struct pvrt_config *c, struct settings *s)
-{
-	struct pvrt_config z;
-	if (!c) {
-		pvrt_config_init(&z);
-	} else {
-		if (c->size < sizeof(c->size))
-			return pvrt_fail(-EINVAL, "pvrt_init: config not initialised "
-						  "(pvrt_config_init or PVRT_CONFIG_INIT)");
-		os_sized_in(&z, sizeof(z), c, c->size); /* fields past the program's: default */
-	}
-	c = &z;
-	cpu_set_t mask, want;
-	if (sched_getaffinity(0, sizeof(mask), &mask))
-		return pvrt_fail(-errno, "pvrt_init: cannot read the affinity mask");
-	const char *cpus = env_or(c->cpus, "PVRT_CPUS");
-	if (cpus) {
-		if (parse_cpus(cpus, &want))
-			return failf(-EINVAL, "PVRT_CPUS: bad CPU list '%s' (e.g. \"0-3,6\")%s",
-				     cpus, "");
-		for (int i = 0; i < CPU_SETSIZE; i++)
-			if (CPU_ISSET(i, &want) && !CPU_ISSET(i, &mask))
-				return failf(-EINVAL,
-					     "PVRT_CPUS: '%s' names a CPU outside the process's "
-					     "affinity mask%s",
-					     cpus, "");
-	} else {
-		want = mask;
-	}
-	s->ncpus = 0;
-	for (int i = 0; i < CPU_SETSIZE && s->ncpus < PVRT_MAX_WORKERS; i++)
-		if (CPU_ISSET(i, &want))
-			s->cpus[s->ncpus++] = i;
-	if (!s->ncpus)
-		return pvrt_fail(-EINVAL, "PVRT_CPUS: no CPU selected");
-
-	s->nw = c->workers;
-	const char *e;
-	if (!s->nw && (e = env_or(NULL, "PVRT_WORKERS"))) {
-		uint64_t v;
-		if (parse_u64(e, &v, false) || v < 1 || v > PVRT_MAX_WORKERS)
-			return failf(-EINVAL, "PVRT_WORKERS: '%s' is not a number in 1..%s", e,
-				     "256");
-		s->nw = (unsigned)v;
-	}
-	if (!s->nw)
-		s->nw = s->ncpus;
-	if (s->nw > PVRT_MAX_WORKERS)
-		return pvrt_fail(-EINVAL, "pvrt_init: workers must be in 1..256");
-
-	size_t ps = pvrt_page_size();
-	uint64_t st = c->stack_size;
-	if (!st && (e = env_or(NULL, "PVRT_STACK_SIZE")) && (parse_u64(e, &st, true) || !st))
-		return failf(-EINVAL, "PVRT_STACK_SIZE: '%s' is not a size (bytes, or with k/m)%s",
-			     e, "");
-	if (!st)
-		st = 64 * 1024;
-	if (st < PVRT_STACK_MIN || st > PVRT_STACK_MAX)
-		return pvrt_fail(-EINVAL, "PVRT_STACK_SIZE: out of range (16 KiB .. 1 GiB)");
-	s->stack = (st + ps - 1) / ps * ps + ps; /* usable size plus the guard page */
-
-	const char *pol = env_or(c->sched, "PVRT_SCHED");
-	s->pol = pvrt_sched_find(pol);
-	if (!s->pol)
-		return failf(-EINVAL, "PVRT_SCHED: unknown policy '%s' (accepted: %s)", pol,
-			     pvrt_sched_names());
-
-	s->poll_min = c->poll_min_ns;
-	if (!s->poll_min && (e = env_or(NULL, "PVRT_POLL_MIN_NS")) &&
-	    parse_u64(e, &s->poll_min, false))
-		return failf(-EINVAL, "PVRT_POLL_MIN_NS: '%s' is not a number of ns%s", e, "");
-	if (!s->poll_min)
-		s->poll_min = 10000;
-	s->poll_max = c->poll_max_ns;
-	bool max_given = s->poll_max != 0;
-	if (!max_given && (e = env_or(NULL, "PVRT_POLL_MAX_NS"))) {
-		if (parse_u64(e, &s->poll_max, false))
-			return failf(-EINVAL, "PVRT_POLL_MAX_NS: '%s' is not a number of ns%s", e,
-				     "");
-		max_given = true;
-	}
-	if (!max_given)
-		s->poll_max = 200000;
-	if (s->poll_max > 1000000000ull)
-		return pvrt_fail(-EINVAL, "PVRT_POLL_MAX_NS: at most 1 s");
-	if (s->poll_min > s->poll_max)
-		s->poll_min = s->poll_max;
-
-	const char *tm = env_or(c->timer, "PVRT_TIMER");
-	if (!tm || !strcmp(tm, "lazy"))
-		s->eager = 0;
-	else if (!strcmp(tm, "eager"))
-		s->eager = 1;
-	else
-		return failf(-EINVAL, "PVRT_TIMER: unknown mode '%s' (accepted: lazy, eager)%s", tm,
-			     "");
-	if (c->timer_slack_ns < -1 || c->timer_slack_ns > 1000000000)
-		return pvrt_fail(-EINVAL, "pvrt_init: timer_slack_ns must be -1 or 0..1 s");
-	s->ult_tls = c->ult_tls;
-	if (!s->ult_tls && (e = env_or(NULL, "PVRT_ULT_TLS"))) {
-		if (strcmp(e, "0") && strcmp(e, "1"))
-			return failf(-EINVAL, "PVRT_ULT_TLS: '%s' is not 0 or 1%s", e, "");
-		s->ult_tls = *e == '1';
-	}
-	if (s->ult_tls) {
-#if defined(PVRT_ASAN) || defined(PVRT_TSAN)
-		/* The sanitizers keep their per-thread state in the thread's TLS. */
-		return pvrt_fail(-ENOTSUP,
-				 "pvrt_init: per-ULT TLS does not work under a sanitizer");
-#else
-		const char *why = NULL;
-		if (pvrt_tls_init(&why))
-			return failf(-ENOSYS, "pvrt_init: per-ULT TLS: %s%s", why, "");
-		s->stack += pvrt_tls_reserve();
-#endif
-	}
-	s->slack = c->timer_slack_ns == -1 ? 0 : (uint64_t)c->timer_slack_ns;
-	if (!c->timer_slack_ns) {
-		s->slack = 50000;
-		if ((e = env_or(NULL, "PVRT_TIMER_SLACK_NS")) &&
-		    (parse_u64(e, &s->slack, false) || s->slack > 1000000000))
-			return failf(-EINVAL, "PVRT_TIMER_SLACK_NS: '%s' is not a number of ns%s",
-				     e, "");
-	}
-	/* Preemption: 10 ms, Go's forcePreemptNS (see README). TSan: off, see preempt.c. */
-	int r = parse_ns_off(c->slice_ns, "PVRT_SLICE_NS", 10000000, 100000, &s->slice);
-	if (r)
-		return r;
-#if defined(PVRT_TSAN)
-	s->slice = 0;
-#endif
-	/* valgrind's signal frames hold the whole guest state, thread pointer included: a ULT
-	 * preempted on one thread would return from the handler with that thread's TLS on another.
-	 */
-	if (pvrt_san_on_valgrind())
-		s->slice = 0;
-	return parse_ns_off(c->handoff_ns, "PVRT_HANDOFF_NS", 1000000, 50000, &s->handoff);
 }
 
 /* ---------------------------------------------------------------- stack overflow */
@@ -345,7 +102,7 @@ static void segv_handler(int sig, siginfo_t *si, void *uc)
 	}
 }
 
-static void altstack_on(struct pvrt_worker *w, stack_t *old)
+void pvrt_altstack_on(struct pvrt_worker *w, stack_t *old)
 {
 	if (!pvrt_rt.segv_installed)
 		return;
@@ -359,7 +116,7 @@ static void altstack_on(struct pvrt_worker *w, stack_t *old)
 	sigaltstack(&ss, old);
 }
 
-static void altstack_off(struct pvrt_worker *w, const stack_t *old)
+void pvrt_altstack_off(struct pvrt_worker *w, const stack_t *old)
 {
 	if (!w->altstack)
 		return;
@@ -367,170 +124,6 @@ static void altstack_off(struct pvrt_worker *w, const stack_t *old)
 	sigaltstack(old && !(old->ss_flags & SS_DISABLE) ? old : &dis, NULL);
 	munmap(w->altstack, ALTSTACK);
 	w->altstack = NULL;
-}
-
-/* ---------------------------------------------------------------- idle */
-
-static void kpark(uint32_t *word, uint64_t deadline)
-{
-	struct timespec ts, *tp = NULL;
-	if (deadline != UINT64_MAX) {
-		ts.tv_sec = (time_t)(deadline / 1000000000ull);
-		ts.tv_nsec = (long)(deadline % 1000000000ull);
-		tp = &ts;
-	}
-	os_futex_wait_abs(word, 1, CLOCK_MONOTONIC, tp);
-}
-
-/*
- * No work found: poll for a while, in the manner of KVM's halt-polling, then park on the
- * worker's futex word until woken or until its armed timer deadline.
- *
- * The poll window adapts per worker: an idle period that ended within poll_max grows it
- * (doubling from poll_min), a longer one halves it (below poll_min it drops to 0). A worker whose
- * vCPU is preempted now or lost time to the host since the last idle period does not poll at all:
- * its physical CPU is contended, and spinning would take time from whoever shares it.
- */
-static void idle(struct pvrt_worker *w)
-{
-	uint64_t t0 = os_now_ns();
-	bool contended = pvhint_vcpu_preempted(pvrt_rt.hint, w->vcpu);
-	if (pvrt_rt.hint->valid & PVHINT_VALID_STEAL) {
-		uint64_t s = pvhint_steal(pvrt_rt.hint, w->vcpu);
-		contended |= s != w->last_steal;
-		w->last_steal = s;
-	}
-	uint64_t poll = contended ? 0 : w->poll_ns;
-	if (poll) {
-		__atomic_fetch_add(&pvrt_rt.nsearching, 1, __ATOMIC_RELAXED);
-		bool found = false;
-		uint64_t now = t0;
-		while (now - t0 < poll) {
-			for (int i = 0; i < 32; i++)
-				os_cpu_relax();
-			now = os_now_ns();
-			if (pvrt_has_work(w) || pvrt_timers_due(w, now) ||
-			    __atomic_load_n(&pvrt_rt.stop, __ATOMIC_RELAXED)) {
-				found = true;
-				break;
-			}
-		}
-		__atomic_fetch_sub(&pvrt_rt.nsearching, 1, __ATOMIC_RELAXED);
-		if (found) {
-			PVRT_STAT_INC(w, st_polls_found);
-			return;
-		}
-	}
-
-	/*
-	 * Park. Announce it (park_word = 1, nparked + 1), then look for work once more. A thread
-	 * that queues work for us raises our inj.n, then reads park_word (ult.c, inject_to); we
-	 * set park_word, then read inj.n. All with seq_cst operations, so at least one of us sees
-	 * the other: either we find the work here or it finds park_word == 1 and wakes us. stop is
-	 * handled the same way by stop_workers. Work queued on other workers' rings only needs a
-	 * best-effort wake-up (their owners run it anyway): nparked, read racily by notify_idle.
-	 */
-	__atomic_exchange_n(&w->park_word, 1, __ATOMIC_SEQ_CST);
-	bool last = __atomic_add_fetch(&pvrt_rt.nparked, 1, __ATOMIC_RELAXED) == pvrt_rt.nw;
-	uint64_t dl = __atomic_load_n(&w->armed, __ATOMIC_RELAXED);
-	if (!pvrt_has_work(w) && !__atomic_load_n(&pvrt_rt.stop, __ATOMIC_SEQ_CST) &&
-	    dl > os_now_ns()) {
-		PVRT_STAT_INC(w, st_parks);
-		/* Idle costs no memory either: give back the stacks of a past burst. A wake-up
-		 * meanwhile is not lost (park_word is re-read below), only later. */
-		pvrt_stacks_trim(w, last);
-		pvhint_thread_park(pvrt_rt.hint);
-		/* Acquire: a waker's queue writes are visible once we see its 1->0. */
-		while (__atomic_load_n(&w->park_word, __ATOMIC_ACQUIRE) == 1) {
-			kpark(&w->park_word, dl);
-			if (dl != UINT64_MAX && os_now_ns() >= dl)
-				break;
-		}
-		pvhint_thread_unpark(pvrt_rt.hint);
-	}
-	/* Whoever moves park_word 1->0 (we, or a waker) takes us out of nparked. */
-	uint32_t one = 1;
-	if (__atomic_compare_exchange_n(&w->park_word, &one, 0, 0, __ATOMIC_ACQ_REL,
-					__ATOMIC_RELAXED))
-		__atomic_fetch_sub(&pvrt_rt.nparked, 1, __ATOMIC_RELAXED);
-	pvrt_sysmon_notify(); /* it sleeps while every worker is parked */
-
-	if (contended)
-		return;
-	uint64_t idle_ns = os_now_ns() - t0;
-	if (idle_ns > pvrt_rt.poll_max) {
-		w->poll_ns /= 2;
-		if (w->poll_ns < pvrt_rt.poll_min)
-			w->poll_ns = 0;
-	} else if (w->poll_ns < pvrt_rt.poll_max) {
-		w->poll_ns = w->poll_ns ? w->poll_ns * 2 : pvrt_rt.poll_min;
-		if (w->poll_ns > pvrt_rt.poll_max)
-			w->poll_ns = pvrt_rt.poll_max;
-	}
-}
-
-/* ---------------------------------------------------------------- scheduler loop */
-
-void pvrt_sched_loop(struct pvrt_worker *w)
-{
-	if (pvrt_worker_cur() != w)
-		return; /* a fresh scheduler context whose thread lost the worker (sysmon.c) */
-	for (;;) {
-		struct pvrt_ult *u = pvrt_local_next(w);
-		if (!u && pvrt_timers_run(w, os_now_ns()))
-			u = pvrt_local_next(w);
-		if (!u)
-			u = pvrt_steal(w);
-		if (u) {
-			pvrt_switch(w, &w->sched, u, NULL, NULL);
-			w = pvrt_worker_cur();
-			if (unlikely(!w))
-				return; /* this thread lost the worker: it becomes a spare */
-			continue;
-		}
-		/* Worker 0 never stops here: the primary is running whenever stop is set. */
-		if (w->idx && __atomic_load_n(&pvrt_rt.stop, __ATOMIC_ACQUIRE))
-			return;
-		idle(w);
-	}
-}
-
-static void sched_entry(void *arg)
-{
-	pvrt_after_switch();
-	pvrt_sched_loop(arg);
-	/* The main thread lost worker 0 (sysmon.c): it waits to take it back at finalize. */
-	pvrt_m_idle(pvrt_m_cur());
-	abort(); /* unreachable: the main thread's pvrt_m_idle never returns */
-}
-
-static void *worker_main(void *arg)
-{
-	struct pvrt_worker *w = arg;
-	struct pvrt_m *m = w->owner;
-	pvrt_m_register(m, false);
-	__atomic_store_n(&m->inrt, 1, __ATOMIC_RELAXED); /* a scheduler context is runtime */
-	pvrt_tls_worker_start(w);
-	rt_tls_worker = w;
-	stack_t old;
-	altstack_on(w, &old);
-	if (pvrt_rt.emu) {
-		pvhint_emu_attach(pvrt_rt.hint, w->vcpu);
-		m->emu = 1;
-	}
-	if (pvrt_rt.slots) /* its record is its own thread's slot (registered here) */
-		__atomic_store_n(&w->vcpu, (unsigned)pvhint_self_vcpu(), __ATOMIC_RELAXED);
-	pvrt_san_thread_context(&w->sched.san);
-	m->home.san = w->sched.san;
-	__atomic_store_n(&w->cur, NULL, __ATOMIC_RELAXED); /* sysmon samples it */
-	pvrt_sched_loop(w);
-	pvrt_m_idle(m); /* returns at once when stopping; else after losing the worker */
-	if (m->emu)
-		pvhint_emu_detach(pvrt_rt.hint);
-	altstack_off(w, &old);
-	rt_tls_worker = NULL;
-	pvrt_tls_m = NULL;
-	return NULL;
 }
 
 /* ---------------------------------------------------------------- init / finalize */
@@ -577,7 +170,7 @@ static void teardown_primary(void)
 	if (pvrt_rt.emu)
 		pvhint_emu_detach(pvrt_rt.hint);
 	if (pvrt_rt.segv_installed) {
-		altstack_off(w0, &pvrt_rt.old_altstack);
+		pvrt_altstack_off(w0, &pvrt_rt.old_altstack);
 		sigaction(SIGSEGV, &pvrt_rt.old_segv, NULL);
 		pvrt_rt.segv_installed = 0;
 	}
@@ -596,13 +189,13 @@ static void teardown_primary(void)
 
 int pvrt_init(const struct pvrt_config *c)
 {
-	struct settings s;
+	struct pvrt_settings s;
 	pthread_mutex_lock(&life_lock);
 	if (pvrt_rt.running) {
 		pthread_mutex_unlock(&life_lock);
 		return pvrt_fail(-EBUSY, "pvrt_init: the runtime is already running");
 	}
-	int r = configure(c, &s);
+	int r = pvrt_configure(c, &s);
 	if (r) {
 		pthread_mutex_unlock(&life_lock);
 		return r;
@@ -611,7 +204,7 @@ int pvrt_init(const struct pvrt_config *c)
 	r = pvhint_default(&h);
 	if (r) {
 		pthread_mutex_unlock(&life_lock);
-		return failf(r, "pvrt_init: hint source: %s%s", pvhint_errmsg(), "");
+		return pvrt_failf(r, "pvrt_init: hint source: %s%s", pvhint_errmsg(), "");
 	}
 	memset(&pvrt_rt, 0, sizeof(pvrt_rt));
 	pvrt_rt.hint = h;
@@ -678,7 +271,7 @@ int pvrt_init(const struct pvrt_config *c)
 	w0->sched.san.bottom = (char *)sched0_stack + ps;
 	w0->sched.san.size = SCHED_STACK - ps;
 	pvrt_san_fiber_create(&w0->sched.san);
-	w0->sched.sp = pvrt_ctx_make((char *)sched0_stack + SCHED_STACK, sched_entry, w0);
+	w0->sched.sp = pvrt_ctx_make((char *)sched0_stack + SCHED_STACK, pvrt_sched_entry, w0);
 	w0->owner->home.san = w0->sched.san;
 	pvrt_m_register(w0->owner, true);
 	w0->cur = p;
@@ -709,7 +302,7 @@ int pvrt_init(const struct pvrt_config *c)
 		sigemptyset(&sa.sa_mask);
 		if (!sigaction(SIGSEGV, &sa, &pvrt_rt.old_segv))
 			pvrt_rt.segv_installed = 1;
-		altstack_on(w0, &pvrt_rt.old_altstack);
+		pvrt_altstack_on(w0, &pvrt_rt.old_altstack);
 	}
 	if (pvrt_rt.emu) {
 		pvhint_emu_attach(h, w0->vcpu);
@@ -738,7 +331,7 @@ int pvrt_init(const struct pvrt_config *c)
 		CPU_ZERO(&cs);
 		CPU_SET(w->cpu, &cs);
 		pthread_attr_setaffinity_np(&a, sizeof(cs), &cs);
-		r = pthread_create(&w->thread, &a, worker_main, w);
+		r = pthread_create(&w->thread, &a, pvrt_worker_main, w);
 		pthread_attr_destroy(&a);
 		if (r) {
 			stop_workers(i);

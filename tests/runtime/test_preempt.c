@@ -11,6 +11,9 @@
  *   malloc    many ULTs on one worker doing malloc/snprintf/fprintf work, preempted
  *   stress    many ULTs yielding, computing and taking pvrt mutexes with a tiny slice
  *   idle      an idle runtime with preemption on uses (next to) no CPU
+ *   lost      a ULT whose thread lost its worker during a blocking call and then runs in a
+ *             shared library stays on its thread there (sysmon's kicks move it only at a safe
+ *             point), then finishes on a worker
  * Usage: test_rt_preempt CASE...  (no case: all)
  */
 #define _GNU_SOURCE
@@ -339,6 +342,49 @@ static void case_malloc(void)
 	fclose(devnull);
 }
 
+/* ---------------------------------------------------------------- lost */
+
+int pvrt_test_spin_here(uint64_t ns); /* preempt_lib.c, a shared library */
+
+static int lpipe[2];
+static int lost_moves;
+
+static void *lost_reader(void *a)
+{
+	(void)a;
+	char c;
+	/* Blocks the worker's thread with lost_writer queued behind: sysmon hands the worker
+	 * off, and the read returns on a thread without one. */
+	CHECK_EQ(read(lpipe[0], &c, 1), 1);
+	/* sysmon kicks this thread every tick from now on, to move us back to a worker. The
+	 * library's code is not a safe point: before the fix the first kick moved us mid-call. */
+	lost_moves = pvrt_test_spin_here(200000000);
+	return NULL;
+}
+
+static void *lost_writer(void *a)
+{
+	(void)a;
+	CHECK_EQ(write(lpipe[1], "x", 1), 1);
+	return NULL;
+}
+
+static void case_lost(void)
+{
+	start();
+	CHECK_EQ(pipe(lpipe), 0);
+	pvrt_thread_t r = spawn(lost_reader, NULL, 0);
+	pvrt_thread_t w = spawn(lost_writer, NULL, 0);
+	CHECK_EQ(pvrt_thread_join(r, NULL), 0);
+	CHECK_EQ(pvrt_thread_join(w, NULL), 0);
+	struct pvrt_stats st = stop();
+	CHECK(st.handoffs >= 1);
+	CHECK_EQ(lost_moves, 0);
+	printf("lost: %llu hand-offs, no move inside the library\n",
+	       (unsigned long long)st.handoffs);
+	close(lpipe[0]), close(lpipe[1]);
+}
+
 /* ---------------------------------------------------------------- stress */
 
 #define SULTS 64
@@ -424,7 +470,8 @@ int main(int argc, char **argv)
 	} cases[] = {{"spin", case_spin, true},		  {"pipe", case_pipe, false},
 		     {"waitpid", case_waitpid, false},	  {"sleep", case_sleep, false},
 		     {"futexlock", case_futexlock, true}, {"malloc", case_malloc, false},
-		     {"stress", case_stress, false},	  {"idle", case_idle, false}};
+		     {"stress", case_stress, false},	  {"idle", case_idle, false},
+		     {"lost", case_lost, false}};
 	const unsigned n = sizeof(cases) / sizeof(cases[0]);
 	for (unsigned i = 0; i < n; i++) {
 		bool run = argc < 2;

@@ -19,15 +19,18 @@ pvhint_t *lk_hints_ptr;		 /* what the locks read (override or default) */
 static pvhint_t *lk_default_ptr; /* pvhint_default() */
 static int lk_hints_state;	 /* 0 not opened, 1 opening, 2 open */
 
-static void lk_open_default(void)
+/* Only one thread opens the default handle: state 0 -> 1 claims it. A thread that re-enters
+ * (the hint library may take a lock of its own while opening) or races sees state 1 and uses the
+ * none handle meanwhile: hints are advisory, so reading none for a moment is always correct. */
+bool lk_hints_claim(void)
 {
 	int st = 0;
-	/* Only one thread opens the default handle; a thread that re-enters (the hint library may
-	 * take a lock of its own while opening) or races sees state 1 and uses the none handle
-	 * meanwhile: hints are advisory, so reading none for a moment is always correct. */
-	if (!__atomic_compare_exchange_n(&lk_hints_state, &st, 1, false, __ATOMIC_ACQUIRE,
-					 __ATOMIC_RELAXED))
-		return;
+	return __atomic_compare_exchange_n(&lk_hints_state, &st, 1, false, __ATOMIC_ACQUIRE,
+					   __ATOMIC_RELAXED);
+}
+
+void lk_hints_open_claimed(void)
+{
 	pvhint_t *h = NULL;
 	/* Opened from inside a lock call or pthread_create, which leave errno as glibc's do. */
 	int saved = errno;
@@ -43,6 +46,12 @@ static void lk_open_default(void)
 	__atomic_compare_exchange_n(&lk_hints_ptr, &expected, h, false, __ATOMIC_RELEASE,
 				    __ATOMIC_RELAXED);
 	__atomic_store_n(&lk_hints_state, 2, __ATOMIC_RELEASE);
+}
+
+static void lk_open_default(void)
+{
+	if (lk_hints_claim())
+		lk_hints_open_claimed();
 }
 
 pvhint_t *lk_hints_slow(void)

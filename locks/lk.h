@@ -67,6 +67,10 @@ static inline struct pvrt_ult *lk_self_ult(void)
 /* ---- hints ---- */
 extern pvhint_t *lk_hints_ptr;
 pvhint_t *lk_hints_slow(void);
+/* Opening the default handle on a thread of one's own (the preload's pthread_create): claim it,
+ * then open it; until then lk_hints() answers with source none. */
+bool lk_hints_claim(void);
+void lk_hints_open_claimed(void);
 
 /* The handle the locks read hints from (never NULL; source none until opened). */
 static inline pvhint_t *lk_hints(void)

@@ -47,8 +47,11 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -540,6 +543,49 @@ static bool called_from_hint_lib(void *ret)
 	return (a >= own_lo[0] && a < own_hi[0]) || (a >= own_lo[1] && a < own_hi[1]);
 }
 
+/*
+ * A deferred hint source (hints_deferred) opens with the process's second thread, on a thread of
+ * its own: where auto ends at the bpf source, opening takes tens of milliseconds (libbpf reads
+ * the kernel's BTF in page-sized reads and the kernel verifies the program: 70 ms of wall time,
+ * 50 of them system time, on these 2-vCPU guests), and the thread that called pthread_create
+ * must not wait for it, nor the threads it creates, which start contending at once. The locks
+ * read source none until the handle is published (common.c); hints are advisory, so that is
+ * correct throughout. The opener runs at nice 10 with every signal blocked: it takes CPU time the
+ * application leaves idle first, and the application's process-directed signals never land on
+ * it. A fork while it opens leaves the child on source none (the opener does not exist there).
+ * If the thread cannot be created, the caller opens the source itself, as before.
+ */
+static void *hints_opener(void *arg)
+{
+	(void)arg;
+	(void)setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 10);
+	lk_hints_open_claimed();
+	return NULL;
+}
+
+static void hints_open_async(void)
+{
+	/* Acquire: pairs with the release that publishes the handle. */
+	if (lk_likely(__atomic_load_n(&lk_hints_ptr, __ATOMIC_ACQUIRE) != NULL) ||
+	    !lk_hints_claim())
+		return;
+	pthread_attr_t a;
+	pthread_t t;
+	sigset_t all, old;
+	sigfillset(&all);
+	int r = pthread_attr_init(&a);
+	if (r == 0) {
+		pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+		/* The new thread inherits the mask. */
+		pthread_sigmask(SIG_SETMASK, &all, &old);
+		r = CALL_REAL(pthread_create, &t, &a, hints_opener, NULL);
+		pthread_sigmask(SIG_SETMASK, &old, NULL);
+		pthread_attr_destroy(&a);
+	}
+	if (r != 0)
+		lk_hints_open_claimed();
+}
+
 EXPORT int pthread_create(pthread_t *t, const pthread_attr_t *attr, void *(*fn)(void *), void *arg)
 {
 	if (__atomic_load_n(&rt_mn_on, __ATOMIC_ACQUIRE) &&
@@ -547,9 +593,10 @@ EXPORT int pthread_create(pthread_t *t, const pthread_attr_t *attr, void *(*fn)(
 		return rt_mn_create(t, attr, fn, arg);
 	if (called_from_hint_lib(__builtin_return_address(0)))
 		return CALL_REAL(pthread_create, t, attr, fn, arg);
-	/* A deferred hint source opens now, before the threads that may contend exist (see
-	 * hints_deferred); once open this is one load. */
-	(void)lk_hints();
+	/* A deferred hint source starts opening now, beside the threads that may contend (see
+	 * hints_open_async); once open this is one load. glibc's locks read no hints. */
+	if (!all_glibc)
+		hints_open_async();
 	if (!__atomic_load_n(&emu_handle, __ATOMIC_ACQUIRE))
 		return CALL_REAL(pthread_create, t, attr, fn, arg);
 	struct start *s = malloc(sizeof(*s));
@@ -746,12 +793,12 @@ static void drop_export_from_env(void)
 
 /*
  * Under source auto (the default) the hint source is opened when the process creates its second
- * thread, or at its first contended lock, not at load: where auto ends at the bpf source, opening
- * loads a kernel program (`perf stat -e task-clock pvrt-run --hints=bpf -- true`: 22 ms of CPU
- * on a 2-core machine, 3 ms with none; pvhint/README.md), and a single-threaded
- * process (a shell, a compiler, most of what a build runs under pvrt-run) has no lock to contend on
- * and must not pay that. An explicit source (emu: threads attach from the start; or a bad value:
- * said at once) opens here.
+ * thread (on a thread of its own: hints_open_async), or at its first contended lock, not at load:
+ * where auto ends at the bpf source, opening loads a kernel program (`perf stat -e task-clock
+ * pvrt-run --hints=bpf -- true`: 66-77 ms of CPU on these 2-vCPU guests, 3 ms with none;
+ * pvhint/README.md), and a single-threaded process (a shell, a compiler, most of what a build runs
+ * under pvrt-run) has no lock to contend on and must not pay that. An explicit source (emu: threads
+ * attach from the start; or a bad value: said at once) opens here.
  */
 static bool hints_deferred(void)
 {

@@ -2,7 +2,8 @@
 # Source auto under the preload opens the hint source with the process's second thread, not at
 # load: a single-threaded program run under the preload holds no bpf object (the program load
 # costs the kernel's verification in every process: locks/preload.c, hints_deferred), and a
-# threaded one has the bpf source's maps once its first thread exists (where bpf is usable).
+# threaded one gets the bpf source's maps once its first thread exists (where bpf is usable;
+# opened on a thread of its own, so they appear a little later).
 # usage: preload_lazy.sh PRELOAD TEST_PVHINT_BPF
 set -u
 preload=$1 bpftest=$2
@@ -28,6 +29,12 @@ before = nbpf()
 t = threading.Thread(target=lambda: None)
 t.start()
 t.join()
+# The source opens on a thread of its own (locks/preload.c, hints_open_async): wait for it, as
+# long as a loaded machine needs.
+import time
+end = time.monotonic() + 60
+while nbpf() == 0 and time.monotonic() < end:
+    time.sleep(0.01)
 print(before, nbpf())
 ') || fail "python3 under the preload failed"
 set -- $out

@@ -1,10 +1,19 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Fine-grained locks shaped like PARSEC's fluidanimate: a ring of cells, each with its own
- * mutex. Every step, each thread computes a contribution from each of its cells (from the
+ * mutex, cut into one contiguous block per thread (fluidanimate partitions its grid the same
+ * way). Every step, each thread computes a contribution from each of its cells (from the
  * previous step's values) and adds it into that cell and its neighbours, each add under the
- * neighbour's mutex; cells are dealt round robin, so neighbours belong to other threads and the
- * locks are really shared. Phases are separated by pthread_barrier_wait, as in fluidanimate.
+ * target cell's mutex: adds inside the block take uncontended locks, adds across a block's
+ * edge take locks the neighbouring thread takes too. Phases are separated by
+ * pthread_barrier_wait, as in fluidanimate.
+ *
+ * (An earlier version dealt the cells round robin, so that every lock and every value's cache
+ * line was shared by all threads. That shape runs slower the more its threads overlap: two
+ * threads with glibc's mutexes took 0.30 s behind a spinning barrier, which starts them in
+ * lockstep, and 0.18 s behind a parking one, whose wake-up latency staggers them so that they
+ * hardly run at once; any waiting policy that keeps threads running loses there, and
+ * fluidanimate does not have that shape.)
  *
  * usage: parsec_fluidanimate THREADS [CELLS] [STEPS]
  * Check: the same steps computed by one thread without locks (the adds commute, so the result
@@ -34,9 +43,9 @@ static inline uint64_t contribution(uint64_t v, long s, int d)
 
 static void *worker(void *arg)
 {
-	long t = (long)arg;
+	long t = (long)arg, lo = t * ncells / nthreads, hi = (t + 1) * ncells / nthreads;
 	for (long s = 0; s < steps; s++) {
-		for (long i = t; i < ncells; i += nthreads) {
+		for (long i = lo; i < hi; i++) {
 			for (int d = -REACH; d <= REACH; d++) {
 				long j = (i + d + ncells) % ncells;
 				uint64_t c = contribution(val[i], s, d);
@@ -46,7 +55,7 @@ static void *worker(void *arg)
 			}
 		}
 		pthread_barrier_wait(&bar);
-		for (long i = t; i < ncells; i += nthreads) {
+		for (long i = lo; i < hi; i++) {
 			val[i] = ps_mix(cells[i].acc);
 			cells[i].acc = 0;
 		}

@@ -347,7 +347,7 @@ static void case_malloc(void)
 int pvrt_test_spin_here(uint64_t ns); /* preempt_lib.c, a shared library */
 
 static int lpipe[2];
-static int lost_moves;
+static int lost_moves, lost_reading;
 
 static void *lost_reader(void *a)
 {
@@ -355,6 +355,7 @@ static void *lost_reader(void *a)
 	char c;
 	/* Blocks the worker's thread with lost_writer queued behind: sysmon hands the worker
 	 * off, and the read returns on a thread without one. */
+	__atomic_store_n(&lost_reading, 1, __ATOMIC_RELEASE);
 	CHECK_EQ(read(lpipe[0], &c, 1), 1);
 	/* sysmon kicks this thread every tick from now on, to move us back to a worker. The
 	 * library's code is not a safe point: before the fix the first kick moved us mid-call. */
@@ -365,6 +366,11 @@ static void *lost_reader(void *a)
 static void *lost_writer(void *a)
 {
 	(void)a;
+	/* Both are bound to worker 0: once the reader is about to read, we run again only when
+	 * its thread blocked in the read and the worker was handed off. */
+	while (!__atomic_load_n(&lost_reading, __ATOMIC_ACQUIRE))
+		pvrt_thread_yield();
+	pvrt_thread_yield();
 	CHECK_EQ(write(lpipe[1], "x", 1), 1);
 	return NULL;
 }
@@ -373,6 +379,7 @@ static void case_lost(void)
 {
 	start();
 	CHECK_EQ(pipe(lpipe), 0);
+	lost_reading = 0;
 	pvrt_thread_t r = spawn(lost_reader, NULL, 0);
 	pvrt_thread_t w = spawn(lost_writer, NULL, 0);
 	CHECK_EQ(pvrt_thread_join(r, NULL), 0);

@@ -32,9 +32,9 @@
  *  - the interrupted signal mask is the runtime's base mask: a different one means the ULT is
  *    inside a signal handler of the application (its signal is blocked there) or masked signals
  *    itself, and either state belongs to the kernel thread.
- * All but the first are checked before the handler enters the runtime: entering also moves a
- * ULT whose thread lost its worker (sysmon.c) to another thread, which changes the kernel
- * thread under the ULT just as a preemption followed by a steal would.
+ * Where TLS is per kernel thread, all but the first are checked before the handler enters the
+ * runtime: entering also moves a ULT whose thread lost its worker (sysmon.c) to another thread,
+ * which changes the kernel thread under the ULT just as a preemption followed by a steal would.
  * The handler is SA_NODEFER with an empty sa_mask, so it runs with the interrupted mask, which
  * is the base mask when it switches: the next context gets the mask it expects without a system
  * call, and the preempted one gets its own back from rt_sigreturn. SA_RESTART: an interrupted
@@ -162,13 +162,18 @@ static void preempt_handler(int sig, siginfo_t *si, void *ucv)
 			errno = saved_errno;
 			return;
 		}
-		/* Not at a safe point: not even the runtime entry below, which moves a ULT whose
-		 * thread lost its worker to another thread. The ULT may hold per-kernel-thread
-		 * state that must not change threads under it (ASan's allocator keeps its thread's
-		 * cache in a register across a refill, under a lock: moved, it shares that cache
-		 * with the thread's next ULT and corrupts the heap). It runs on its own thread
-		 * meanwhile, as a plain thread would; sysmon kicks again. */
-		if (!pc_ok(uc_pc(uc)) || !mask_ok(uc)) {
+		/* Not at a safe point, where TLS is per kernel thread: not even the runtime entry
+		 * below, which moves a ULT whose thread lost its worker to another thread. The ULT
+		 * may hold per-kernel-thread state that must not change threads under it (ASan's
+		 * allocator keeps its thread's cache in a register across a refill, under a lock:
+		 * moved, it shares that cache with the thread's next ULT and corrupts the heap). It
+		 * runs on its own thread meanwhile, as a plain thread would; sysmon kicks again.
+		 * (M:N mode, where ULTs own their TLS, moves it at once, as it always did: keeping
+		 * it there, e.g. while its mask differs from the base mask, left pvrt-run --mn
+		 * python3 hung in a loaded test run.) */
+		bool anywhere = __atomic_load_n(&pvrt_rt.preempt_anywhere, __ATOMIC_RELAXED);
+		bool safe = pc_ok(uc_pc(uc)) && mask_ok(uc);
+		if (!anywhere && !safe) {
 			__atomic_fetch_sub(&inflight, 1, __ATOMIC_RELEASE);
 			errno = saved_errno;
 			return;
@@ -177,7 +182,7 @@ static void preempt_handler(int sig, siginfo_t *si, void *ucv)
 		 */
 		int depth = pvrt_rt_enter();
 		struct pvrt_worker *w = rt_tls_worker;
-		if (w && depth == 0 && w->cur &&
+		if (w && depth == 0 && w->cur && safe &&
 		    __atomic_load_n(&w->preempt_seq, __ATOMIC_RELAXED) ==
 			__atomic_load_n(&w->st_switches, __ATOMIC_RELAXED) + 1) {
 			__atomic_store_n(&w->preempt_seq, 0, __ATOMIC_RELAXED);

@@ -168,9 +168,8 @@ static void preempt_handler(int sig, siginfo_t *si, void *ucv)
 		 * allocator keeps its thread's cache in a register across a refill, under a lock:
 		 * moved, it shares that cache with the thread's next ULT and corrupts the heap). It
 		 * runs on its own thread meanwhile, as a plain thread would; sysmon kicks again.
-		 * (M:N mode, where ULTs own their TLS, moves it at once, as it always did: keeping
-		 * it there, e.g. while its mask differs from the base mask, left pvrt-run --mn
-		 * python3 hung in a loaded test run.) */
+		 * (M:N mode, where ULTs own their TLS and nothing of theirs is tied to the thread,
+		 * moves it at once, as it always did.) */
 		bool anywhere = __atomic_load_n(&pvrt_rt.preempt_anywhere, __ATOMIC_RELAXED);
 		bool safe = pc_ok(uc_pc(uc)) && mask_ok(uc);
 		if (!anywhere && !safe) {

@@ -180,6 +180,15 @@ int lk_park(uint32_t *addr, uint32_t val, clockid_t clk, const struct timespec *
 	return rt_futex_wait(addr, val, clk, abstime);
 }
 
+int lk_park_as(uint32_t *addr, uint32_t val, clockid_t clk, const struct timespec *abstime,
+	       enum pvrt_lock_class cls, bool cancellable)
+{
+	if (!cancellable)
+		return lk_park(addr, val, clk, abstime, cls);
+	lk_stat(cls, LK_PARKS);
+	return rt_futex_wait_cancel(addr, val, clk, abstime);
+}
+
 int lk_kwait(uint32_t *addr, uint32_t val)
 {
 	return os_futex_wait(addr, val, NULL);

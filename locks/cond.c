@@ -52,7 +52,7 @@
 #include <pvrt/cond.h>
 
 #include "lk.h"
-#include "lk_cond.h"
+#include "lk_wait.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -280,9 +280,10 @@ static int kwait(struct cwait *w, clockid_t clk, const struct timespec *abs)
 }
 
 /* Wait until n is signalled (0) or the deadline passes while it is still queued (-ETIMEDOUT).
- * w: a wait in the kernel (a thread), else NULL (lk_park: a ULT). */
+ * w: a wait in the kernel (a thread), else NULL (lk_park: a ULT; cancellable: -ECANCELED once
+ * it is cancelled, n still queued or not: the caller withdraws it). */
 static int wait_signal(pvrt_cond_t *c, struct pvrt_cond_node *n, clockid_t clk,
-		       const struct timespec *abs, struct cwait *w)
+		       const struct timespec *abs, struct cwait *w, bool cancellable)
 {
 	for (;;) {
 		/* Acquire: pairs with signal_node's release store. */
@@ -295,7 +296,9 @@ static int wait_signal(pvrt_cond_t *c, struct pvrt_cond_node *n, clockid_t clk,
 		else if (w)
 			r = kwait(w, clk, abs);
 		else
-			r = lk_park(&n->state, s, clk, abs, C);
+			r = lk_park_as(&n->state, s, clk, abs, C, cancellable);
+		if (r == -ECANCELED)
+			return r;
 		if (r != -ETIMEDOUT)
 			continue;
 		if (unqueue(c, n))
@@ -310,10 +313,10 @@ static int wait_kernel(pvrt_cond_t *c, void *m, lk_mutex_op lock, struct pvrt_co
 {
 	struct cwait w = {.c = c, .m = m, .lock = lock, .n = n, .cancellable = cancellable};
 	if (!cancellable)
-		return wait_signal(c, n, clk, abs, &w);
+		return wait_signal(c, n, clk, abs, &w, false);
 	int result;
 	pthread_cleanup_push(cancel_cleanup, &w);
-	result = wait_signal(c, n, clk, abs, &w);
+	result = wait_signal(c, n, clk, abs, &w, false);
 	pthread_cleanup_pop(0);
 	return result;
 }
@@ -350,7 +353,15 @@ int lk_cond_wait(pvrt_cond_t *c, void *m, lk_mutex_op unlock, lk_mutex_op lock, 
 	}
 
 	int result = kernel ? wait_kernel(c, m, lock, &n, clk, abs, cancellable)
-			    : wait_signal(c, &n, clk, abs, NULL);
+			    : wait_signal(c, &n, clk, abs, NULL, cancellable);
+	if (result == -ECANCELED) {
+		/* A cancelled ULT: out of the queue, any signal it took passed on, as a cancelled
+		 * thread's cleanup does; then the mutex again (the caller acts on the cancel). */
+		withdraw(c, &n);
+		lk_stat(C, LK_ACQ);
+		int lr = lock(m);
+		return lr ? lr : result;
+	}
 	/* Broadcast (ULT nodes): wake the next chained waiter now, before dropping our reference
 	 * and before locking the mutex, so that the chain drains without the mutex (a destroyer
 	 * may hold it and wait for the chained waiters' references; see the file comment). n.chain

@@ -151,6 +151,9 @@ void lk_spinq_atfork_child(void);
  */
 int lk_park(uint32_t *addr, uint32_t val, clockid_t clk, const struct timespec *abstime,
 	    enum pvrt_lock_class cls);
+/* lk_park, cancellable (rt_futex_wait_cancel) if so asked. */
+int lk_park_as(uint32_t *addr, uint32_t val, clockid_t clk, const struct timespec *abstime,
+	       enum pvrt_lock_class cls, bool cancellable);
 
 static inline int lk_wake(uint32_t *addr, int n)
 {

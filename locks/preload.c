@@ -35,7 +35,7 @@
 #include <pvrt/spinlock.h>
 
 #include "lk.h"
-#include "lk_cond.h"
+#include "lk_wait.h"
 #include "mutex_fast.h"
 
 #include <dlfcn.h>
@@ -238,10 +238,8 @@ static int cond_wait(pthread_cond_t *c, pthread_mutex_t *m, clockid_t clk,
 {
 	if (lk_likely(!rt_mn_on))
 		return -lk_cond_wait(PC(c), m, op_unlock, op_lock, clk, abs, true);
-	rt_mn_cond_enter(PC(c));
-	int r = -lk_cond_wait(PC(c), m, op_unlock, op_lock, clk, abs, true);
-	rt_mn_cond_leave();
-	return r;
+	bool cancellable = rt_mn_cond_enter();
+	return rt_mn_cond_leave(-lk_cond_wait(PC(c), m, op_unlock, op_lock, clk, abs, cancellable));
 }
 
 EXPORT int pthread_cond_init(pthread_cond_t *c, const pthread_condattr_t *attr)

@@ -9,6 +9,7 @@
 #include <pvrt/sem.h>
 
 #include "lk.h"
+#include "lk_wait.h"
 
 #include <errno.h>
 
@@ -56,7 +57,7 @@ int pvrt_sem_trywait(pvrt_sem_t *s)
 	return -EAGAIN;
 }
 
-static int sem_wait_common(pvrt_sem_t *s, clockid_t clk, const struct timespec *abs)
+int lk_sem_wait(pvrt_sem_t *s, clockid_t clk, const struct timespec *abs, bool cancellable)
 {
 	if (pvrt_sem_trywait(s) == 0)
 		return 0;
@@ -76,8 +77,11 @@ static int sem_wait_common(pvrt_sem_t *s, clockid_t clk, const struct timespec *
 		__atomic_fetch_add(&s->nwait, 1, __ATOMIC_SEQ_CST);
 		int r = 0;
 		if (__atomic_load_n(&s->value, __ATOMIC_SEQ_CST) == 0)
-			r = lk_park(&s->value, 0, abs ? clk : CLOCK_MONOTONIC, abs, C);
+			r = lk_park_as(&s->value, 0, abs ? clk : CLOCK_MONOTONIC, abs, C,
+				       cancellable);
 		__atomic_fetch_sub(&s->nwait, 1, __ATOMIC_SEQ_CST);
+		if (r == -ECANCELED)
+			return r; /* took nothing: no post to pass on */
 		if (r == -ETIMEDOUT || r == -EINVAL)
 			return pvrt_sem_trywait(s) == 0 ? 0 : r;
 	}
@@ -85,14 +89,14 @@ static int sem_wait_common(pvrt_sem_t *s, clockid_t clk, const struct timespec *
 
 int pvrt_sem_wait(pvrt_sem_t *s)
 {
-	return sem_wait_common(s, CLOCK_MONOTONIC, NULL);
+	return lk_sem_wait(s, CLOCK_MONOTONIC, NULL, false);
 }
 
 int pvrt_sem_timedwait(pvrt_sem_t *s, clockid_t clk, const struct timespec *abstime)
 {
 	if (!lk_valid_clock(clk) || !abstime)
 		return -EINVAL;
-	return sem_wait_common(s, clk, abstime);
+	return lk_sem_wait(s, clk, abstime, false);
 }
 
 int pvrt_sem_getvalue(pvrt_sem_t *s, int *out)

@@ -134,7 +134,7 @@ static void post_unlock(struct pvrt_worker *w, void *lock)
 }
 
 static int ult_wait(struct pvrt_ult *self, uint32_t *addr, uint32_t expected, clockid_t clk,
-		    const struct timespec *abstime)
+		    const struct timespec *abstime, bool cancellable)
 {
 	struct waiter wr = {.addr = addr, .ult = self};
 	struct bucket *b = bucket_of(addr);
@@ -172,11 +172,22 @@ static int ult_wait(struct pvrt_ult *self, uint32_t *addr, uint32_t expected, cl
 		return -EAGAIN;
 	}
 	enqueue(b, &wr);
-	self->wait_addr = addr;
+	/* Seq_cst, then the cancel word: pthread_cancel (mn.c) sets the word, then reads
+	 * wait_addr and wakes it. Either it sees our address, and its wake (which needs the
+	 * bucket lock we hold until we have switched away) finds us queued, or we see its word. */
+	__atomic_store_n(&self->wait_addr, addr, __ATOMIC_SEQ_CST);
+	if (cancellable && __atomic_load_n(&self->cancel, __ATOMIC_SEQ_CST)) {
+		dequeue(b, &wr);
+		pvrt_lock_release(&b->lock);
+		__atomic_store_n(&self->wait_addr, NULL, __ATOMIC_RELAXED);
+		if (abstime)
+			pvrt_timer_cancel(&wr.timer);
+		return -ECANCELED;
+	}
 	__atomic_store_n(&self->state, ULT_BLOCKED, __ATOMIC_RELAXED);
 	/* Switch away still holding the bucket lock; the next context releases it. */
 	pvrt_ult_block(post_unlock, &b->lock);
-	self->wait_addr = NULL;
+	__atomic_store_n(&self->wait_addr, NULL, __ATOMIC_RELAXED);
 	if (abstime)
 		pvrt_timer_cancel(&wr.timer); /* waits out a timer firing concurrently */
 	return wr.result;
@@ -216,7 +227,8 @@ static int thread_wait(uint32_t *addr, uint32_t expected, clockid_t clk,
 	}
 }
 
-int rt_futex_wait(uint32_t *addr, uint32_t expected, clockid_t clk, const struct timespec *abstime)
+static int futex_wait(uint32_t *addr, uint32_t expected, clockid_t clk,
+		      const struct timespec *abstime, bool cancellable)
 {
 	PVRT_RT_SCOPE();
 	if (clk != CLOCK_REALTIME && clk != CLOCK_MONOTONIC)
@@ -228,8 +240,19 @@ int rt_futex_wait(uint32_t *addr, uint32_t expected, clockid_t clk, const struct
 		return __atomic_load_n(addr, __ATOMIC_RELAXED) != expected ? -EAGAIN : -ETIMEDOUT;
 	struct pvrt_ult *self = rt_ult_current();
 	if (self)
-		return ult_wait(self, addr, expected, clk, abstime);
+		return ult_wait(self, addr, expected, clk, abstime, cancellable);
 	return thread_wait(addr, expected, clk, abstime);
+}
+
+int rt_futex_wait(uint32_t *addr, uint32_t expected, clockid_t clk, const struct timespec *abstime)
+{
+	return futex_wait(addr, expected, clk, abstime, false);
+}
+
+int rt_futex_wait_cancel(uint32_t *addr, uint32_t expected, clockid_t clk,
+			 const struct timespec *abstime)
+{
+	return futex_wait(addr, expected, clk, abstime, true);
 }
 
 /* Make a dequeued waiter run. Records stay valid until their owner is readied / its word is

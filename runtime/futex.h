@@ -27,6 +27,14 @@
  * -ETIMEDOUT, or -EINVAL for a bad clock or timespec.
  */
 int rt_futex_wait(uint32_t *addr, uint32_t expected, clockid_t clk, const struct timespec *abstime);
+/*
+ * rt_futex_wait, and a cancellation point of an M:N ULT (runtime/mn.c): -ECANCELED instead of
+ * blocking once the calling ULT is cancelled (pthread_cancel sets its word, then wakes the
+ * address it waits on). Callers pass only waits where cancellation is enabled, and act on it.
+ * Threads that are not ULTs wait as with rt_futex_wait.
+ */
+int rt_futex_wait_cancel(uint32_t *addr, uint32_t expected, clockid_t clk,
+			 const struct timespec *abstime);
 
 /* Wake up to n waiters on addr (n = INT32_MAX: all), oldest first. Returns how many were woken. */
 int rt_futex_wake(uint32_t *addr, int n);

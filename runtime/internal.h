@@ -98,8 +98,7 @@ struct pvrt_ult {
 	/* Rarely used. */
 	uint64_t sigmask; /* with own TLS: its signal mask, loaded when it runs (kernel sigset) */
 	void *stack_top;  /* with own TLS: the stack's end, below the TLS blocks */
-	const void *wait_addr; /* what it waits on (debugging; M:N cancellation wakes it) */
-	void *cancel_cond;     /* M:N: the condvar it waits on (NULL outside such a wait) */
+	const void *wait_addr; /* what it waits on (atomic; debugging, M:N cancellation wakes it) */
 	uint64_t name_id;      /* M:N: 'name' is this ULT's if name_id == id (no reset at create) */
 	char name[16];	       /* M:N: pthread_setname_np */
 #if PVRT_INJECT_WFCQ

@@ -18,6 +18,7 @@
  */
 #define _GNU_SOURCE
 #include "internal.h"
+#include "lk_wait.h"
 
 #include <pvrt/cond.h>
 
@@ -219,7 +220,8 @@ static int join(struct pvrt_ult *t, void **ret, bool try, clockid_t clk, const s
 		if (j == 0 && !__atomic_compare_exchange_n(&t->join, &j, 2, 0, __ATOMIC_RELAXED,
 							   __ATOMIC_RELAXED))
 			continue;
-		int r = rt_futex_wait(&t->join, 2, clk, abs);
+		int r = self && !cancel_disabled ? rt_futex_wait_cancel(&t->join, 2, clk, abs)
+						 : rt_futex_wait(&t->join, 2, clk, abs);
 		if (self)
 			testcancel(self);
 		if (r == -ETIMEDOUT && __atomic_load_n(&t->join, __ATOMIC_ACQUIRE) != 1)
@@ -272,28 +274,18 @@ EXPORT int pthread_cancel(pthread_t t)
 	struct pvrt_ult *u = ult_of(t);
 	if (!u)
 		return REAL(pthread_cancel, t);
-	/* Seq_cst: against a condvar waiter that publishes cancel_cond, then checks cancel. */
+	/* Seq_cst, then wait_addr: against a ULT entering a cancellable wait, which publishes
+	 * wait_addr and then reads the word (futex.c, ult_wait). */
 	if (__atomic_exchange_n(&u->cancel, 1, __ATOMIC_SEQ_CST))
 		return 0;
-	/* A sleeper waits on u->cancel itself; a joiner or other waiter gets a spurious wake-up
-	 * (every pvrt wait loops on its condition) and checks again. */
+	/* A sleeper waits on u->cancel itself; any other cancellable wait (condvar, semaphore,
+	 * join) is woken through its address, and its next rt_futex_wait_cancel returns
+	 * -ECANCELED. Other waiters on that address get a spurious wake-up: every pvrt wait
+	 * loops on its condition. Only the address is used: nothing is dereferenced. */
 	rt_futex_wake(&u->cancel, INT_MAX);
-	const void *wa = __atomic_load_n(&u->wait_addr, __ATOMIC_RELAXED);
+	const void *wa = __atomic_load_n(&u->wait_addr, __ATOMIC_SEQ_CST);
 	if (wa)
 		rt_futex_wake((uint32_t *)(uintptr_t)wa, INT_MAX);
-	/* A condvar waiter leaves only when the condvar is signalled: broadcast (spurious
-	 * wake-ups are allowed for condvars); it then checks, with the mutex held. It may have
-	 * published the condvar and not yet queued: retry (bounded) until it is blocked. */
-	for (int i = 0; i < 1000; i++) {
-		void *c = __atomic_load_n(&u->cancel_cond, __ATOMIC_SEQ_CST);
-		if (!c)
-			break;
-		if (__atomic_load_n(&u->state, __ATOMIC_RELAXED) == ULT_BLOCKED) {
-			pvrt_cond_broadcast(c);
-			break;
-		}
-		pvrt_thread_yield();
-	}
 	return 0;
 }
 
@@ -332,27 +324,24 @@ EXPORT int pthread_setcanceltype(int type, int *old)
 }
 
 /* Condvar waits (preload.c): a cancellation point; the mutex is held again when it acts. */
-void rt_mn_cond_enter(void *c)
+bool rt_mn_cond_enter(void)
 {
 	struct pvrt_ult *u = self_ult();
 	if (!u)
-		return;
+		return true;
 	testcancel(u);
-	__atomic_store_n(&u->cancel_cond, c, __ATOMIC_SEQ_CST);
-	/* Checked again after publishing: pthread_cancel either sees the condvar or we see it. */
-	if (__atomic_load_n(&u->cancel, __ATOMIC_SEQ_CST) && !cancel_disabled) {
-		__atomic_store_n(&u->cancel_cond, NULL, __ATOMIC_RELAXED);
-		testcancel(u);
-	}
+	return !cancel_disabled;
 }
 
-void rt_mn_cond_leave(void)
+int rt_mn_cond_leave(int r)
 {
 	struct pvrt_ult *u = self_ult();
-	if (!u)
-		return;
-	__atomic_store_n(&u->cancel_cond, NULL, __ATOMIC_RELAXED);
-	testcancel(u);
+	/* ECANCELED only comes from a cancellable wait of a ULT: testcancel acts. A wait that
+	 * returned otherwise (it may have consumed a signal) leaves the cancel pending for the
+	 * next cancellation point, as glibc's does. */
+	if (u && r == ECANCELED)
+		testcancel(u);
+	return r == ECANCELED ? 0 : r;
 }
 
 /* ---------------------------------------------------------------- once */
@@ -748,8 +737,9 @@ static int sem_wait_ult(pvrt_sem_t *p, clockid_t clk, const struct timespec *abs
 	struct pvrt_ult *u = rt_ult_current();
 	if (u)
 		testcancel(u);
-	int r = abs ? pvrt_sem_timedwait(p, clk, abs) : pvrt_sem_wait(p);
-	if (u && r == 0)
+	int r = lk_sem_wait(p, clk, abs, u && !cancel_disabled);
+	/* A wait that took a post returns 0; the cancel then acts at the next point. */
+	if (r == -ECANCELED)
 		testcancel(u);
 	return sem_ret(r);
 }

@@ -486,7 +486,7 @@ int pvrt_thread_create(pvrt_thread_t *out, const pvrt_thread_attr_t *attr, void 
 	u->join = detached ? 3 : 0;
 	u->keys = NULL;
 	u->cancel = 0;
-	/* wait_addr and cancel_cond are NULL outside waits, name is the old ULT's (name_id): the
+	/* wait_addr is NULL outside waits, name is the old ULT's (name_id): the
 	 * descriptor's cold lines stay untouched. */
 	u->ctx.san.asan_fake = NULL;
 	pvrt_san_fiber_create(&u->ctx.san);

@@ -1,10 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * pthread API semantics under pvrt-run --mn: join, tryjoin, timedjoin, detach, exit with cleanup
- * handlers, keys with destructors, once, deferred cancellation (in a condvar wait, a sleep, a
- * join and at pthread_testcancel), attributes, names, the refused calls, semaphores, barriers,
- * rwlocks and spinlocks, and finally pthread_exit from main while a detached thread still runs
- * (the process exits with status 0 once it is done; the caller checks its last line).
+ * handlers, keys with destructors, once, deferred cancellation (in a condvar wait wherever the
+ * cancel lands, a sleep, a join, a semaphore wait and at pthread_testcancel), attributes, names,
+ * the refused calls, semaphores, barriers, rwlocks and spinlocks, and finally pthread_exit from
+ * main while a detached thread still runs (the process exits with status 0 once it is done; the
+ * caller checks its last line).
  */
 #include "mn_check.h"
 
@@ -123,6 +124,33 @@ static void *spinner(void *a)
 	}
 	return NULL;
 }
+static sem_t never;
+static void *sem_waiter(void *a)
+{
+	(void)a;
+	sem_post(&started);
+	sem_wait(&never); /* blocks: only the cancel ends it */
+	return NULL;
+}
+static void *forever(void *a)
+{
+	(void)a;
+	sem_wait(&never);
+	return NULL;
+}
+static pthread_t forever_t;
+static void *joiner(void *a)
+{
+	(void)a;
+	pthread_t f;
+	CHECK_EQ(pthread_create(&f, NULL, forever, NULL), 0);
+	forever_t = f;
+	pthread_cleanup_push(cleanup, (void *)1000);
+	sem_post(&started);
+	pthread_join(f, NULL); /* blocks: only the cancel ends it */
+	pthread_cleanup_pop(0);
+	return NULL;
+}
 static void *disabled(void *a)
 {
 	(void)a;
@@ -200,6 +228,7 @@ int main(void)
 	CHECK_EQ(sem_init(&started, 0, 0), 0);
 	CHECK_EQ(sem_init(&go, 0, 0), 0);
 	CHECK_EQ(sem_init(&det_done, 0, 0), 0);
+	CHECK_EQ(sem_init(&never, 0, 0), 0);
 
 	/* join, values, self/equal */
 	pthread_t t[8];
@@ -257,6 +286,19 @@ int main(void)
 	CHECK_EQ(cleanups, 111);
 	CHECK_EQ(pthread_mutex_trylock(&cm), 0); /* the cleanup handler unlocked it */
 	pthread_mutex_unlock(&cm);
+	/* The cancel lands anywhere between the post of 'started' and the blocked wait: every
+	 * point of the waiter's way into the condvar queue, many times over. */
+	for (int i = 0; i < 300; i++) {
+		cancel_and_join(cond_waiter);
+		CHECK_EQ(pthread_mutex_trylock(&cm), 0);
+		pthread_mutex_unlock(&cm);
+	}
+	CHECK_EQ(cleanups, 111 + 300 * 100);
+	cancel_and_join(sem_waiter);
+	cancel_and_join(joiner);
+	CHECK_EQ(cleanups, 1111 + 300 * 100);
+	CHECK_EQ(sem_post(&never), 0); /* the cancelled join left its target joinable */
+	CHECK_EQ(pthread_join(forever_t, NULL), 0);
 	cancel_and_join(sleeper);
 	cancel_and_join(spinner);
 	cancel_and_join(disabled);

@@ -43,6 +43,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <semaphore.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -123,6 +124,14 @@ REAL(int, pthread_spin_lock, pthread_spinlock_t *)
 REAL(int, pthread_spin_trylock, pthread_spinlock_t *)
 REAL(int, pthread_spin_unlock, pthread_spinlock_t *)
 REAL(int, pthread_create, pthread_t *, const pthread_attr_t *, void *(*)(void *), void *)
+REAL(int, sem_init, sem_t *, int, unsigned)
+REAL(int, sem_destroy, sem_t *)
+REAL(int, sem_post, sem_t *)
+REAL(int, sem_wait, sem_t *)
+REAL(int, sem_trywait, sem_t *)
+REAL(int, sem_timedwait, sem_t *, const struct timespec *)
+REAL(int, sem_clockwait, sem_t *, clockid_t, const struct timespec *)
+REAL(int, sem_getvalue, sem_t *, int *)
 
 /* Calls into glibc keep errno as glibc leaves it; ours never touch it (rt_futex saves it). */
 #define CALL_REAL(name, ...) (get_##name()(__VA_ARGS__))
@@ -238,8 +247,9 @@ static int cond_wait(pthread_cond_t *c, pthread_mutex_t *m, clockid_t clk,
 {
 	if (lk_likely(!rt_mn_on))
 		return -lk_cond_wait(PC(c), m, op_unlock, op_lock, clk, abs, true);
-	bool cancellable = rt_mn_cond_enter();
-	return rt_mn_cond_leave(-lk_cond_wait(PC(c), m, op_unlock, op_lock, clk, abs, cancellable));
+	bool cancellable = rt_mn_cancel_enter();
+	return rt_mn_cancel_leave(
+	    -lk_cond_wait(PC(c), m, op_unlock, op_lock, clk, abs, cancellable));
 }
 
 EXPORT int pthread_cond_init(pthread_cond_t *c, const pthread_condattr_t *attr)
@@ -844,4 +854,103 @@ __attribute__((constructor)) static void preload_init(void)
 	}
 	start_mn();
 	errno = saved;
+}
+
+/* ---- POSIX semaphores (M:N mode) ---- */
+
+/*
+ * A process-private semaphore made in M:N mode is a pvrt_sem_t at the start of the sem_t,
+ * marked at byte 16 (glibc's sem_t is 32 bytes and glibc uses the first 16), so its waits are
+ * ULT waits. Others (process-shared, sem_open, made before M:N started) stay glibc's.
+ */
+#define SEM_MARK 0x6d657376u /* "vsem" */
+_Static_assert(sizeof(sem_t) >= 16 + sizeof(uint32_t), "sem_t size");
+_Static_assert(sizeof(pvrt_sem_t) <= 16, "pvrt_sem_t fits in glibc's used part");
+
+static inline uint32_t *sem_mark(sem_t *s)
+{
+	return (uint32_t *)(void *)((char *)s + 16);
+}
+
+static inline pvrt_sem_t *PS(sem_t *s)
+{
+	return __atomic_load_n(sem_mark(s), __ATOMIC_RELAXED) == SEM_MARK ? (pvrt_sem_t *)(void *)s
+									  : NULL;
+}
+
+static int sem_ret(int r)
+{
+	if (!r)
+		return 0;
+	errno = -r;
+	return -1;
+}
+
+EXPORT int sem_init(sem_t *s, int pshared, unsigned value)
+{
+	if (!rt_mn_on || pshared)
+		return CALL_REAL(sem_init, s, pshared, value);
+	memset(s, 0, sizeof(*s));
+	int r = pvrt_sem_init((pvrt_sem_t *)(void *)s, value);
+	if (!r)
+		*sem_mark(s) = SEM_MARK;
+	return sem_ret(r);
+}
+
+EXPORT int sem_destroy(sem_t *s)
+{
+	pvrt_sem_t *p = PS(s);
+	if (!p)
+		return CALL_REAL(sem_destroy, s);
+	int r = pvrt_sem_destroy(p);
+	if (!r)
+		*sem_mark(s) = 0;
+	return sem_ret(r);
+}
+
+EXPORT int sem_post(sem_t *s)
+{
+	pvrt_sem_t *p = PS(s);
+	return p ? sem_ret(pvrt_sem_post(p)) : CALL_REAL(sem_post, s);
+}
+
+EXPORT int sem_trywait(sem_t *s)
+{
+	pvrt_sem_t *p = PS(s);
+	return p ? sem_ret(pvrt_sem_trywait(p)) : CALL_REAL(sem_trywait, s);
+}
+
+EXPORT int sem_getvalue(sem_t *s, int *v)
+{
+	pvrt_sem_t *p = PS(s);
+	return p ? sem_ret(pvrt_sem_getvalue(p, v)) : CALL_REAL(sem_getvalue, s, v);
+}
+
+/* A cancellation point in M:N mode, as the condvar wait. */
+static int sem_wait_ult(pvrt_sem_t *p, clockid_t clk, const struct timespec *abs)
+{
+	bool cancellable = rt_mn_cancel_enter();
+	return sem_ret(-rt_mn_cancel_leave(-lk_sem_wait(p, clk, abs, cancellable)));
+}
+
+EXPORT int sem_wait(sem_t *s)
+{
+	pvrt_sem_t *p = PS(s);
+	return p ? sem_wait_ult(p, CLOCK_MONOTONIC, NULL) : CALL_REAL(sem_wait, s);
+}
+
+EXPORT int sem_timedwait(sem_t *s, const struct timespec *abs)
+{
+	pvrt_sem_t *p = PS(s);
+	return p ? sem_wait_ult(p, CLOCK_REALTIME, abs) : CALL_REAL(sem_timedwait, s, abs);
+}
+
+EXPORT int sem_clockwait(sem_t *s, clockid_t clk, const struct timespec *abs)
+{
+	pvrt_sem_t *p = PS(s);
+	if (!p)
+		return CALL_REAL(sem_clockwait, s, clk, abs);
+	if (clk != CLOCK_REALTIME && clk != CLOCK_MONOTONIC)
+		return sem_ret(-EINVAL);
+	return sem_wait_ult(p, clk, abs);
 }

@@ -228,10 +228,11 @@ struct pvrt_m {
 	struct pvrt_ctxrec home;   /* its scheduler context (saved there once it lost its worker) */
 	void *tp; /* its own thread pointer (M:N mode: the home context runs on it) */
 	pid_t tid;
-	int statfd; /* /proc/thread-self/stat, read by sysmon; -1 */
-	int emu;    /* attached to the emulator's vCPU of its worker */
-	int main;   /* the thread that called pvrt_init: only ever takes worker 0 back */
-	int spare;  /* started by sysmon */
+	int statfd;  /* /proc/thread-self/stat, read by sysmon; -1 */
+	int emu;     /* attached to the emulator's vCPU of its worker */
+	int main;    /* the thread that called pvrt_init: only ever takes worker 0 back */
+	int spare;   /* started by sysmon */
+	int reserve; /* a spare started ahead of need: joins the spares list once set up */
 	pthread_t thread;
 	void *altstack;
 	struct pvrt_m *next; /* every M, under pvrt_rt.mlock */
@@ -278,7 +279,11 @@ struct pvrt_rt {
 	int preempt_sig;
 	struct pvrt_lock mlock;
 	struct pvrt_m *ms, *spares, *main_m;
-	unsigned nspares;
+	unsigned nspares;    /* atomic; written under mlock */
+	uint32_t spares_seq; /* futex: bumped when a spare joins the list */
+	uint32_t spawn_seq;  /* futex: bumped to wake the spawner (the list emptied, or stop) */
+	pthread_t spawner;   /* starts reserve spares (sysmon.c) */
+	int spawner_on;
 	pthread_t sysmon;
 	int sysmon_on;
 	uint32_t sm_word PVRT_ALIGNED; /* futex: sysmon sleeps (1) or ticks (0) */

@@ -18,18 +18,14 @@
  */
 #define _GNU_SOURCE
 #include "internal.h"
-#include "lk_wait.h"
 
 #include <pvrt/cond.h>
-
-#include <pvrt/sem.h>
 
 #include <dlfcn.h>
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
 #include <sched.h>
-#include <semaphore.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdio.h>
@@ -86,14 +82,6 @@ REALFN(unsigned, sleep, unsigned)
 REALFN(int, usleep, useconds_t)
 REALFN(int, nanosleep, const struct timespec *, struct timespec *)
 REALFN(int, clock_nanosleep, clockid_t, int, const struct timespec *, struct timespec *)
-REALFN(int, sem_init, sem_t *, int, unsigned)
-REALFN(int, sem_destroy, sem_t *)
-REALFN(int, sem_post, sem_t *)
-REALFN(int, sem_wait, sem_t *)
-REALFN(int, sem_trywait, sem_t *)
-REALFN(int, sem_timedwait, sem_t *, const struct timespec *)
-REALFN(int, sem_clockwait, sem_t *, clockid_t, const struct timespec *)
-REALFN(int, sem_getvalue, sem_t *, int *)
 
 /* The calling ULT in M:N mode, else NULL (the real function is used). */
 static inline struct pvrt_ult *self_ult(void)
@@ -323,8 +311,8 @@ EXPORT int pthread_setcanceltype(int type, int *old)
 	return type == PTHREAD_CANCEL_ASYNCHRONOUS ? ENOTSUP : 0;
 }
 
-/* Condvar waits (preload.c): a cancellation point; the mutex is held again when it acts. */
-bool rt_mn_cond_enter(void)
+/* Condvar and semaphore waits (preload.c): cancellation points. */
+bool rt_mn_cancel_enter(void)
 {
 	struct pvrt_ult *u = self_ult();
 	if (!u)
@@ -333,12 +321,12 @@ bool rt_mn_cond_enter(void)
 	return !cancel_disabled;
 }
 
-int rt_mn_cond_leave(int r)
+int rt_mn_cancel_leave(int r)
 {
 	struct pvrt_ult *u = self_ult();
 	/* ECANCELED only comes from a cancellable wait of a ULT: testcancel acts. A wait that
-	 * returned otherwise (it may have consumed a signal) leaves the cancel pending for the
-	 * next cancellation point, as glibc's does. */
+	 * returned otherwise (it may have consumed a signal or a post) leaves the cancel pending
+	 * for the next cancellation point, as glibc's does. */
 	if (u && r == ECANCELED)
 		testcancel(u);
 	return r == ECANCELED ? 0 : r;
@@ -660,110 +648,6 @@ EXPORT unsigned sleep(unsigned s)
 	struct timespec ts = {(time_t)s, 0};
 	nanosleep(&ts, NULL);
 	return 0;
-}
-
-/* ---------------------------------------------------------------- POSIX semaphores */
-
-/*
- * A process-private semaphore made in M:N mode is a pvrt_sem_t at the start of the sem_t,
- * marked at byte 16 (glibc's sem_t is 32 bytes and glibc uses the first 16), so its waits are
- * ULT waits. Others (process-shared, sem_open, made before M:N started) stay glibc's.
- */
-#define SEM_MARK 0x6d657376u /* "vsem" */
-_Static_assert(sizeof(sem_t) >= 16 + sizeof(uint32_t), "sem_t size");
-_Static_assert(sizeof(pvrt_sem_t) <= 16, "pvrt_sem_t fits in glibc's used part");
-
-static inline uint32_t *sem_mark(sem_t *s)
-{
-	return (uint32_t *)(void *)((char *)s + 16);
-}
-
-static inline pvrt_sem_t *PS(sem_t *s)
-{
-	return __atomic_load_n(sem_mark(s), __ATOMIC_RELAXED) == SEM_MARK ? (pvrt_sem_t *)(void *)s
-									  : NULL;
-}
-
-static int sem_ret(int r)
-{
-	if (!r)
-		return 0;
-	errno = -r;
-	return -1;
-}
-
-EXPORT int sem_init(sem_t *s, int pshared, unsigned value)
-{
-	if (!rt_mn_on || pshared)
-		return REAL(sem_init, s, pshared, value);
-	memset(s, 0, sizeof(*s));
-	int r = pvrt_sem_init((pvrt_sem_t *)(void *)s, value);
-	if (!r)
-		*sem_mark(s) = SEM_MARK;
-	return sem_ret(r);
-}
-
-EXPORT int sem_destroy(sem_t *s)
-{
-	pvrt_sem_t *p = PS(s);
-	if (!p)
-		return REAL(sem_destroy, s);
-	int r = pvrt_sem_destroy(p);
-	if (!r)
-		*sem_mark(s) = 0;
-	return sem_ret(r);
-}
-
-EXPORT int sem_post(sem_t *s)
-{
-	pvrt_sem_t *p = PS(s);
-	return p ? sem_ret(pvrt_sem_post(p)) : REAL(sem_post, s);
-}
-
-EXPORT int sem_trywait(sem_t *s)
-{
-	pvrt_sem_t *p = PS(s);
-	return p ? sem_ret(pvrt_sem_trywait(p)) : REAL(sem_trywait, s);
-}
-
-EXPORT int sem_getvalue(sem_t *s, int *v)
-{
-	pvrt_sem_t *p = PS(s);
-	return p ? sem_ret(pvrt_sem_getvalue(p, v)) : REAL(sem_getvalue, s, v);
-}
-
-static int sem_wait_ult(pvrt_sem_t *p, clockid_t clk, const struct timespec *abs)
-{
-	struct pvrt_ult *u = rt_ult_current();
-	if (u)
-		testcancel(u);
-	int r = lk_sem_wait(p, clk, abs, u && !cancel_disabled);
-	/* A wait that took a post returns 0; the cancel then acts at the next point. */
-	if (r == -ECANCELED)
-		testcancel(u);
-	return sem_ret(r);
-}
-
-EXPORT int sem_wait(sem_t *s)
-{
-	pvrt_sem_t *p = PS(s);
-	return p ? sem_wait_ult(p, CLOCK_MONOTONIC, NULL) : REAL(sem_wait, s);
-}
-
-EXPORT int sem_timedwait(sem_t *s, const struct timespec *abs)
-{
-	pvrt_sem_t *p = PS(s);
-	return p ? sem_wait_ult(p, CLOCK_REALTIME, abs) : REAL(sem_timedwait, s, abs);
-}
-
-EXPORT int sem_clockwait(sem_t *s, clockid_t clk, const struct timespec *abs)
-{
-	pvrt_sem_t *p = PS(s);
-	if (!p)
-		return REAL(sem_clockwait, s, clk, abs);
-	if (clk != CLOCK_REALTIME && clk != CLOCK_MONOTONIC)
-		return sem_ret(-EINVAL);
-	return sem_wait_ult(p, clk, abs);
 }
 
 /* ---------------------------------------------------------------- start, fork */

@@ -163,8 +163,10 @@ void pvrt_m_idle(struct pvrt_m *m)
 			pvrt_lock_acquire(&pvrt_rt.mlock);
 			m->spare_next = pvrt_rt.spares;
 			pvrt_rt.spares = m;
-			pvrt_rt.nspares++;
+			__atomic_store_n(&pvrt_rt.nspares, pvrt_rt.nspares + 1, __ATOMIC_RELAXED);
 			pvrt_lock_release(&pvrt_rt.mlock);
+			__atomic_add_fetch(&pvrt_rt.spares_seq, 1, __ATOMIC_RELEASE);
+			os_futex_wake(&pvrt_rt.spares_seq, INT32_MAX);
 		}
 		struct pvrt_worker *w = wait_given(m);
 		if (!w)
@@ -191,10 +193,14 @@ static void *spare_main(void *arg)
 		}
 	}
 	pvrt_san_thread_context(&m->home.san);
-	struct pvrt_worker *w = wait_given(m); /* created for a hand-off: given at once */
-	if (w) {
-		take(m, w);
+	if (m->reserve) {
 		pvrt_m_idle(m);
+	} else {
+		struct pvrt_worker *w = wait_given(m); /* created for a hand-off: given at once */
+		if (w) {
+			take(m, w);
+			pvrt_m_idle(m);
+		}
 	}
 	if (m->emu)
 		pvhint_emu_detach(pvrt_rt.hint);
@@ -206,29 +212,86 @@ static void *spare_main(void *arg)
 	return NULL;
 }
 
-/* A spare M, or a new one; NULL if none can be started. */
-static struct pvrt_m *get_spare(void)
+/*
+ * Start a spare M: for a hand-off (its worker is given at once), or a reserve, which joins the
+ * spares list once its thread is set up. NULL if it cannot be started.
+ *
+ * Starting a thread allocates (the M, glibc's thread descriptor and DTV, the stack) with the
+ * application's allocator. A hand-off is often needed exactly because a ULT was preempted while
+ * it held that allocator's lock and another ULT of its worker now blocks on it in the kernel: a
+ * sysmon that started a thread then would block on the same lock, and the program with it. So
+ * sysmon never starts threads: hand-offs take spares that are already set up, and a thread of
+ * its own, the spawner, keeps one in the list (it may block in the allocator meanwhile; sysmon
+ * goes on, hands the worker to the spare, and the lock's holder runs). Only without a spawner
+ * (it could not be started) does a hand-off start its spare itself.
+ */
+static struct pvrt_m *start_spare(bool reserve)
 {
-	pvrt_lock_acquire(&pvrt_rt.mlock);
-	struct pvrt_m *s = pvrt_rt.spares;
-	if (s) {
-		pvrt_rt.spares = s->spare_next;
-		pvrt_rt.nspares--;
-	}
-	pvrt_lock_release(&pvrt_rt.mlock);
-	if (s)
-		return s;
-	s = pvrt_alloc(sizeof(*s));
+	struct pvrt_m *s = pvrt_alloc(sizeof(*s));
 	if (!s)
 		return NULL;
 	/* In the runtime (a scheduler context) until it runs a ULT: never taken before that. */
 	s->inrt = 1;
+	s->reserve = reserve;
 	pvrt_m_add(s, false); /* before the thread registers itself (statfd); freed at finalize */
 	if (pthread_create(&s->thread, NULL, spare_main, s))
 		return NULL;
 	pthread_setname_np(s->thread, "pvrt-spare"); /* as sysmon's */
 	s->spare = 1;				     /* joined at finalize */
 	return s;
+}
+
+static void spawner_wake(void)
+{
+	__atomic_add_fetch(&pvrt_rt.spawn_seq, 1, __ATOMIC_RELEASE);
+	os_futex_wake(&pvrt_rt.spawn_seq, 1);
+}
+
+/* A spare M from the list; NULL if there is none now (the spawner is making one). */
+static struct pvrt_m *get_spare(void)
+{
+	pvrt_lock_acquire(&pvrt_rt.mlock);
+	struct pvrt_m *s = pvrt_rt.spares;
+	if (s) {
+		pvrt_rt.spares = s->spare_next;
+		__atomic_store_n(&pvrt_rt.nspares, pvrt_rt.nspares - 1, __ATOMIC_RELAXED);
+	}
+	pvrt_lock_release(&pvrt_rt.mlock);
+	if (!pvrt_rt.spawner_on)
+		return s ? s : start_spare(false);
+	if (!s || !__atomic_load_n(&pvrt_rt.nspares, __ATOMIC_RELAXED))
+		spawner_wake();
+	return s;
+}
+
+/* The spawner: while the spares list is empty, start a reserve and wait until it is in. */
+static void *spawner_main(void *arg)
+{
+	(void)arg;
+	for (;;) {
+		uint32_t seq = __atomic_load_n(&pvrt_rt.spawn_seq, __ATOMIC_ACQUIRE);
+		if (__atomic_load_n(&pvrt_rt.stop, __ATOMIC_ACQUIRE))
+			break;
+		if (__atomic_load_n(&pvrt_rt.nspares, __ATOMIC_ACQUIRE)) {
+			os_futex_wait(&pvrt_rt.spawn_seq, seq, NULL);
+			continue;
+		}
+		uint32_t in = __atomic_load_n(&pvrt_rt.spares_seq, __ATOMIC_ACQUIRE);
+		if (!start_spare(true)) {
+			/* Out of threads or memory: pvrt_init waits no longer (it waits for a
+			 * change of spares_seq); try again in a while, not in a loop. */
+			__atomic_add_fetch(&pvrt_rt.spares_seq, 1, __ATOMIC_RELEASE);
+			os_futex_wake(&pvrt_rt.spares_seq, INT32_MAX);
+			struct timespec ts = {.tv_sec = 0, .tv_nsec = 10000000};
+			os_futex_wait(&pvrt_rt.spawn_seq, seq, &ts);
+			continue;
+		}
+		while (__atomic_load_n(&pvrt_rt.spares_seq, __ATOMIC_ACQUIRE) == in &&
+		       !__atomic_load_n(&pvrt_rt.stop, __ATOMIC_ACQUIRE)) {
+			os_futex_wait(&pvrt_rt.spares_seq, in, NULL);
+		}
+	}
+	return NULL;
 }
 
 void pvrt_ms_fini(void)
@@ -511,10 +574,23 @@ int pvrt_sysmon_start(void)
 	__atomic_store_n(&sm_stop, 0, __ATOMIC_RELAXED);
 	sigset_t all, old;
 	sigfillset(&all);
+	if (pvrt_rt.handoff) {
+		/* The spawner and the first reserve, set up before any ULT can need a hand-off
+		 * (see start_spare): pvrt_init waits for a thread start. */
+		uint32_t in = __atomic_load_n(&pvrt_rt.spares_seq, __ATOMIC_ACQUIRE);
+		pthread_sigmask(SIG_SETMASK, &all, &old);
+		pvrt_rt.spawner_on = !pthread_create(&pvrt_rt.spawner, NULL, spawner_main, NULL);
+		pthread_sigmask(SIG_SETMASK, &old, NULL);
+		if (pvrt_rt.spawner_on) {
+			pthread_setname_np(pvrt_rt.spawner, "pvrt-spawner");
+			while (__atomic_load_n(&pvrt_rt.spares_seq, __ATOMIC_ACQUIRE) == in)
+				os_futex_wait(&pvrt_rt.spares_seq, in, NULL);
+		}
+	}
 	pthread_sigmask(SIG_SETMASK, &all, &old); /* the thread starts with every signal blocked */
 	int r = pthread_create(&pvrt_rt.sysmon, NULL, sysmon_main, NULL);
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
-	if (r)
+	if (r) /* the caller's stop_workers ends the spawner's and the reserve's threads */
 		return pvrt_fail(-r, "pvrt_init: cannot start the sysmon thread");
 	/* Named here, before it runs: top -H, gdb, and tests that count the threads that may run
 	 * application code tell it from the workers. */
@@ -532,6 +608,14 @@ void pvrt_sysmon_stop(void)
 		os_futex_wake(&pvrt_rt.sm_word, 1);
 		pthread_join(pvrt_rt.sysmon, NULL);
 		pvrt_rt.sysmon_on = 0;
+	}
+	/* The spawner first, so that no spare starts after the wake-up below. */
+	if (pvrt_rt.spawner_on) {
+		spawner_wake();
+		__atomic_add_fetch(&pvrt_rt.spares_seq, 1, __ATOMIC_RELEASE);
+		os_futex_wake(&pvrt_rt.spares_seq, INT32_MAX);
+		pthread_join(pvrt_rt.spawner, NULL);
+		pvrt_rt.spawner_on = 0;
 	}
 	/* Wake the spares: they see stop and leave. */
 	pvrt_lock_acquire(&pvrt_rt.mlock);

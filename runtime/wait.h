@@ -47,11 +47,12 @@ const char *rt_mn_start(void) PVRT_HIDDEN;
 /* pthread_create as a ULT; glibc's error numbers. */
 int rt_mn_create(pthread_t *t, const pthread_attr_t *attr, void *(*fn)(void *),
 		 void *arg) PVRT_HIDDEN;
-/* Around a condvar wait of the caller, cancellation points (no-ops unless it is a ULT): enter
- * acts on a pending cancel, else says whether the wait is cancellable; leave takes the wait's
- * result (a positive errno), acts on a cancel (-ECANCELED from the wait) and returns it. */
-bool rt_mn_cond_enter(void) PVRT_HIDDEN;
-int rt_mn_cond_leave(int r) PVRT_HIDDEN;
+/* Around a condvar or semaphore wait of the caller, cancellation points (no-ops unless it is a
+ * ULT): enter acts on a pending cancel, else says whether the wait is cancellable; leave takes
+ * the wait's result (a positive errno), acts on a cancel (ECANCELED from the wait: it does not
+ * return then) and returns the result. */
+bool rt_mn_cancel_enter(void) PVRT_HIDDEN;
+int rt_mn_cancel_leave(int r) PVRT_HIDDEN;
 /*
  * Around an exec or a spawn of a program by the caller (preload_exec.c): a worker's kernel
  * thread is pinned to its CPU, and a new program inherits that; enter gives the thread the

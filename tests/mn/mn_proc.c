@@ -30,8 +30,8 @@ static void *busy(void *a)
 	return a;
 }
 
-/* Kernel threads that can run application code: all but the runtime's monitor and spares
- * (sysmon.c) and the emulator's control thread. */
+/* Kernel threads that can run application code: all but the runtime's monitor, spawner and
+ * spares (sysmon.c) and the emulator's control thread. */
 static int count_tasks(void)
 {
 	DIR *d = opendir("/proc/self/task");
@@ -50,7 +50,7 @@ static int count_tasks(void)
 			fclose(f);
 		}
 		bool app = strncmp(comm, "pvrt-sysmon", 11) && strncmp(comm, "pvrt-spare", 10) &&
-			   strncmp(comm, "pvhint-emu", 10);
+			   strncmp(comm, "pvrt-spawner", 12) && strncmp(comm, "pvhint-emu", 10);
 		n += app;
 		if (app && getenv("MN_PROC_TASKS"))
 			fprintf(stderr, "task %s: %s", e->d_name, comm);

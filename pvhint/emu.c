@@ -595,6 +595,58 @@ int pvhint_emu_attach_next(pvhint_t *h)
 	return pvhint_emu_attach(h, v);
 }
 
+/*
+ * Move the calling thread, attached to e and parked, to vCPU v. A runtime's kernel thread that
+ * goes idle parks and keeps its record; it moves to the vCPU of the worker it takes next. Only
+ * e->lock: no allocation and no emu_glock, either of which a thread (or ULT) the mover is about
+ * to run may hold (a fork's prepare handler holds emu_glock while glibc takes malloc's locks).
+ */
+int pvhint_emu_move(pvhint_t *h, unsigned v)
+{
+	struct pvhint_emu *e;
+	int err = emu_of(h, "pvhint_emu_move", &e);
+
+	if (err)
+		return err;
+	if (v >= e->c.vcpus)
+		return pvhint__fail(-EINVAL, "pvhint_emu_move: vCPU %u out of range (0..%u)", v,
+				    e->c.vcpus - 1);
+	struct emu_thr *t = emu_self;
+	if (!t || emu_thr_emu(t) != e)
+		return pvhint__fail(-EINVAL, "pvhint_emu_move: thread not attached to this handle");
+	emu_lock_enter(&e->lock);
+	/* Parked: never signalled, so no stop is in flight for the old vCPU. */
+	if (__atomic_load_n(&t->state, __ATOMIC_RELAXED) != THR_PARKED) {
+		emu_lock_leave(&e->lock);
+		return pvhint__fail(-EINVAL, "pvhint_emu_move: thread not parked");
+	}
+	if (t->vcpu != v) {
+		struct emu_vcpu *from = &e->vc[t->vcpu], *to = &e->vc[v];
+		for (struct emu_thr **pp = &from->threads; *pp; pp = &(*pp)->next) {
+			if (*pp == t) {
+				*pp = t->next;
+				break;
+			}
+		}
+		emu_set_ksleep(e, from, t, false);
+		from->nr_att--;
+		from->nr_parked--;
+		t->vcpu = v;
+		t->next = to->threads;
+		to->threads = t;
+		to->nr_att++;
+		to->nr_parked++;
+		/* The new vCPU's hold, as attach and emu_stop_begin set it (unpark waits on it). */
+		__atomic_store_n(&t->hold, to->desched && e->c.mode != EMU_RANDOM,
+				 __ATOMIC_SEQ_CST);
+		emu_publish(e, os_now_ns());
+		emu_kick_ctl(e);
+	}
+	emu_lock_leave(&e->lock);
+	pvhint_tls_vcpu = (int)v;
+	return 0;
+}
+
 int pvhint_emu_detach(pvhint_t *h)
 {
 	struct pvhint_emu *e;

@@ -228,11 +228,12 @@ struct pvrt_m {
 	struct pvrt_ctxrec home;   /* its scheduler context (saved there once it lost its worker) */
 	void *tp; /* its own thread pointer (M:N mode: the home context runs on it) */
 	pid_t tid;
-	int statfd;  /* /proc/thread-self/stat, read by sysmon; -1 */
-	int emu;     /* attached to the emulator's vCPU of its worker */
-	int main;    /* the thread that called pvrt_init: only ever takes worker 0 back */
-	int spare;   /* started by sysmon */
-	int reserve; /* a spare started ahead of need: joins the spares list once set up */
+	int statfd;	/* /proc/thread-self/stat, read by sysmon; -1 */
+	int emu;	/* attached to the emulator (to its worker's vCPU, or parked) */
+	int emu_parked; /* parked there: it holds no worker (pvrt_m_emu_idle) */
+	int main;	/* the thread that called pvrt_init: only ever takes worker 0 back */
+	int spare;	/* started by sysmon */
+	int reserve;	/* a spare started ahead of need: joins the spares list once set up */
 	pthread_t thread;
 	void *altstack;
 	struct pvrt_m *next; /* every M, under pvrt_rt.mlock */
@@ -598,6 +599,8 @@ void pvrt_altstack_on(struct pvrt_worker *w, stack_t *old) PVRT_HIDDEN;
 void pvrt_altstack_off(struct pvrt_worker *w, const stack_t *old) PVRT_HIDDEN;
 /* In a fork child: forget the parent's runtime (leaking it) so that pvrt_init works again. */
 void pvrt_fork_child_reset(void) PVRT_HIDDEN;
+/* Emulated hints: the calling kernel thread m goes without a worker (parked on its vCPU). */
+void pvrt_m_emu_idle(struct pvrt_m *m) PVRT_HIDDEN;
 
 /* ---- config.c: pvrt_config and PVRT_* settings ---- */
 struct pvrt_settings {

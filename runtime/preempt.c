@@ -20,10 +20,11 @@
  *  - the kernel thread runs a ULT (not a scheduler context) outside every runtime section
  *    (pvrt_rt_enter/leave depth 0: no runtime lock held, no worker state in use);
  *  - the interrupted pc is not in the runtime's own object (libpvrt or the preload: the locks
- *    use per-kernel-thread state) and, unless ULTs own their TLS (M:N mode sets
- *    pvrt_rt.preempt_anywhere), it is in the executable itself: libc, libstdc++, jemalloc, ...
- *    keep per-thread state (malloc's tcache, stdio's recursive lock owner, errno) that the
- *    worker's other ULTs share when TLS is per kernel thread;
+ *    use per-kernel-thread state) nor in libpvhint (the emulator's locks: a ULT switched out
+ *    holding emu_glock stalls every thread that attaches, the spare taking a worker too) and,
+ * unless ULTs own their TLS (M:N mode sets pvrt_rt.preempt_anywhere), it is in the executable
+ * itself: libc, libstdc++, jemalloc, ... keep per-thread state (malloc's tcache, stdio's recursive
+ * lock owner, errno) that the worker's other ULTs share when TLS is per kernel thread;
  *  - with per-ULT TLS, the kernel thread holds none of ld.so's recursive locks (their owner is
  *    the kernel tid, which the worker's ULTs share: the next ULT there could enter ld.so as if
  *    it held them, and sysmon, which takes one to start a spare thread, would wait for the
@@ -100,10 +101,17 @@ static int find_objects(struct dl_phdr_info *info, size_t size, void *arg)
 		add_exec_segments(&exe_text, info);
 		*first = 0;
 	}
+	/* The runtime (libpvrt, or the preload that contains it) and the hint source (libpvhint:
+	 * the emulator's locks, emu_glock among them, are held by the calling thread and its
+	 * stop-signal deferral is a per-kernel-thread word). */
 	struct ranges tmp = {0};
 	add_exec_segments(&tmp, info);
-	if (in_ranges(&tmp, (uintptr_t)&pvrt_preempt_init))
-		rt_text = tmp;
+	if (in_ranges(&tmp, (uintptr_t)&pvrt_preempt_init) ||
+	    in_ranges(&tmp, (uintptr_t)&pvhint_open))
+		for (unsigned i = 0; i < tmp.n && rt_text.n < MAX_RANGES; i++) {
+			rt_text.lo[rt_text.n] = tmp.lo[i];
+			rt_text.hi[rt_text.n++] = tmp.hi[i];
+		}
 	return 0;
 }
 

@@ -103,6 +103,41 @@ int pvrt_m_register(struct pvrt_m *m, bool is_main)
 	return 0;
 }
 
+/*
+ * The emulator's view of a kernel thread (emulated hints). Attached once, where the thread is set
+ * up: attaching allocates and takes emu_glock, which the ULT a hand-off is for may hold (a ULT
+ * preempted inside malloc, or forking: emu's fork handlers hold emu_glock while glibc takes
+ * malloc's locks). Without a worker the thread stays attached, parked (it runs none of the
+ * vCPU's code); taking a worker moves it to that worker's vCPU (pvhint_emu_move: its
+ * emulator's lock only) and unparks it there, on that vCPU's turn.
+ */
+static void m_emu_setup(struct pvrt_m *m)
+{
+	if (!pvrt_rt.emu || m->emu)
+		return;
+	if (pvhint_emu_attach(pvrt_rt.hint, 0))
+		return; /* the thread then runs unseen by the emulator, as before attach */
+	m->emu = 1;
+	pvrt_m_emu_idle(m);
+}
+
+void pvrt_m_emu_idle(struct pvrt_m *m)
+{
+	if (m->emu && !m->emu_parked) {
+		pvhint_thread_park(pvrt_rt.hint);
+		m->emu_parked = 1;
+	}
+}
+
+static void m_emu_take(struct pvrt_m *m, unsigned v)
+{
+	if (!m->emu || !m->emu_parked)
+		return;
+	pvhint_emu_move(pvrt_rt.hint, v);
+	m->emu_parked = 0;
+	pvhint_thread_unpark(pvrt_rt.hint);
+}
+
 /* Run worker w's scheduler on this thread (given to it by sysmon or a hand-back). */
 static void take(struct pvrt_m *m, struct pvrt_worker *w)
 {
@@ -110,10 +145,7 @@ static void take(struct pvrt_m *m, struct pvrt_worker *w)
 	CPU_ZERO(&one);
 	CPU_SET(w->cpu, &one);
 	pthread_setaffinity_np(pthread_self(), sizeof(one), &one);
-	if (pvrt_rt.emu && !m->emu) {
-		pvhint_emu_attach(pvrt_rt.hint, w->vcpu);
-		m->emu = 1;
-	}
+	m_emu_take(m, w->vcpu);
 	w->sched.san = m->home.san;
 	w->sched.san.asan_fake = NULL;
 	/* The worker's thread pointer, tid and signal mask are now this thread's. */
@@ -154,10 +186,7 @@ void pvrt_m_idle(struct pvrt_m *m)
 	for (;;) {
 		if (!m->main && __atomic_load_n(&pvrt_rt.stop, __ATOMIC_ACQUIRE))
 			return;
-		if (m->emu) {
-			pvhint_emu_detach(pvrt_rt.hint);
-			m->emu = 0;
-		}
+		pvrt_m_emu_idle(m);
 		/* The thread that called pvrt_init only takes worker 0 back (pvrt_primary_home). */
 		if (!m->main) {
 			pvrt_lock_acquire(&pvrt_rt.mlock);
@@ -193,6 +222,7 @@ static void *spare_main(void *arg)
 		}
 	}
 	pvrt_san_thread_context(&m->home.san);
+	m_emu_setup(m);
 	if (m->reserve) {
 		pvrt_m_idle(m);
 	} else {
@@ -326,10 +356,7 @@ void pvrt_m_lost(struct pvrt_m *m)
 	struct pvrt_ult *self = m->lost_ult;
 	__atomic_store_n(&m->lost, 0, __ATOMIC_RELAXED);
 	rt_tls_worker = NULL;
-	if (m->emu) {
-		pvhint_emu_detach(pvrt_rt.hint);
-		m->emu = 0;
-	}
+	pvrt_m_emu_idle(m);
 	m->post_ult = self;
 	/* Our home context readies us once we are off this stack; we resume on some worker. */
 	pvrt_switch_home(self, m);

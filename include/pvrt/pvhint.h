@@ -281,6 +281,13 @@ PVRT_API int pvhint_emu_attach(pvhint_t *h, unsigned v);
  * Context: thread (a ULT attaches its worker's kernel thread); fork: -ECHILD for an inherited
  * emulator. */
 PVRT_API int pvhint_emu_attach_next(pvhint_t *h);
+/* Move the calling thread, attached to h and parked (pvhint_thread_park), to emulated vCPU v:
+ * it counts as v's from then on and unparks on v's turn. Takes no lock a program may hold and
+ * allocates nothing: a thread that must not wait for the program (a runtime's spare taking a
+ * worker) moves rather than detach and attach. -EINVAL: v out of range, the thread not attached
+ * to h or not parked.
+ * Context: thread; fork: -ECHILD for an inherited emulator. */
+PVRT_API int pvhint_emu_move(pvhint_t *h, unsigned v);
 /* Detach the calling thread from its emulated vCPU (-ENOTSUP unless emu).
  * Context: thread, ULT (as attach); fork: -ECHILD for an inherited emulator. */
 PVRT_API int pvhint_emu_detach(pvhint_t *h);

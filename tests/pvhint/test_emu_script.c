@@ -3,7 +3,8 @@
  * The emulator in script mode, functionally: a descheduled vCPU's thread really stops (no
  * progress while 'preempted' is set) and resumes; flags and is_idle follow the model; halted
  * vCPUs (all threads parked) are not preempted and an unpark on a held vCPU waits for it;
- * timed deschedule; several threads on one vCPU; errno kept; detach/close clean up.
+ * timed deschedule; several threads on one vCPU; errno kept; detach/close clean up; a parked
+ * thread moves between vCPUs.
  */
 #define _GNU_SOURCE
 #include "check.h"
@@ -207,6 +208,24 @@ int main(void)
 	CHECK_EQ(pvhint_self_vcpu(), 0);
 	CHECK(!pvhint_emu_attach_next(h)); /* moves */
 	CHECK_EQ(pvhint_self_vcpu(), 1);
+	CHECK(!pvhint_emu_detach(h));
+
+	/* move: only a parked thread moves; it then counts as the new vCPU's, and its unpark
+	 * waits for that vCPU's turn */
+	CHECK(!pvhint_emu_attach(h, 0));
+	CHECK_EQ(pvhint_emu_move(h, 1), -EINVAL); /* running */
+	pvhint_thread_park(h);
+	CHECK_EQ(pvhint_emu_move(h, 2), -EINVAL);      /* out of range */
+	CHECK(!pvhint_emu_deschedule(h, 1, 50000000)); /* 50 ms, then the control thread resumes */
+	CHECK(!pvhint_emu_move(h, 1));
+	CHECK_EQ(pvhint_self_vcpu(), 1);
+	struct pvhint_emu_stats m0, m1;
+	CHECK(!pvhint_emu_stats(h, 0, &m0));
+	CHECK(!pvhint_emu_stats(h, 1, &m1));
+	CHECK_EQ(m0.threads, 0);
+	CHECK_EQ(m1.threads, 1);
+	pvhint_thread_unpark(h);
+	CHECK(!pvhint_vcpu_preempted(h, 1)); /* the unpark returned on vCPU 1's turn */
 	CHECK(!pvhint_emu_detach(h));
 	pvhint_close(h);
 	printf("emu script ok\n");

@@ -83,7 +83,7 @@ bool lk_any_other_preempted(pvhint_t *h)
 	return false;
 }
 
-__thread bool lk_cond_relock __attribute__((tls_model("initial-exec")));
+__thread uint8_t lk_cond_relock __attribute__((tls_model("initial-exec")));
 
 unsigned lk_nr_cpus(void)
 {

@@ -67,6 +67,7 @@ struct pvrt_cond_node {
 	uint32_t state;
 	bool kernel;	 /* a thread: sleeps in the kernel futex on 'kseq', bit 'kbit' */
 	uint8_t skipped; /* times a signal passed over it (under the queue lock) */
+	bool herd;	 /* kernel nodes: woken by a broadcast together with other threads */
 	uint32_t vcpu1;	 /* a thread waiter's vCPU + 1 when it queued; 0: a ULT, or unknown */
 	uint32_t kbit;	 /* kernel nodes: the futex bitset it sleeps with */
 	struct pvrt_cond_node *next, *prev;
@@ -373,10 +374,10 @@ int lk_cond_wait(pvrt_cond_t *c, void *m, lk_mutex_op unlock, lk_mutex_op lock, 
 
 	lk_stat(C, LK_ACQ);
 	if (!self)
-		lk_cond_relock = true;
+		lk_cond_relock = n.herd ? LK_RELOCK_HERD : LK_RELOCK_ONE;
 	int lr = lock(m);
 	if (!self)
-		lk_cond_relock = false;
+		lk_cond_relock = LK_RELOCK_NONE;
 	return lr ? lr : result;
 }
 
@@ -470,11 +471,15 @@ int pvrt_cond_broadcast(pvrt_cond_t *c)
 	/* Kernel nodes: SIGNALED now, one wake for all below. ULT nodes: chained in queue order. */
 	struct pvrt_cond_node *first = NULL, **link = &first;
 	bool kernel = false;
+	unsigned nk = 0;
+	for (struct pvrt_cond_node *n = c->head; n && nk < 2; n = n->next)
+		nk += n->kernel;
 	for (struct pvrt_cond_node *n = c->head, *next; n; n = next) {
 		next = n->next; /* before the store: then the node may vanish */
 		if (n->kernel) {
 			kernel = true;
 			n->chain = NULL;
+			n->herd = nk > 1; /* read by its waiter after the SIGNALED store */
 			signal_knode_locked(n);
 		} else {
 			*link = n;

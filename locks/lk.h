@@ -100,8 +100,11 @@ static inline uint32_t lk_self_vcpu1(struct pvrt_ult *u)
 /* True if any vCPU other than the caller's is preempted (barrier: a missing peer may be there). */
 bool lk_any_other_preempted(pvhint_t *h);
 
-/* Set by a thread (not a ULT) while it relocks the mutex after a condvar wait (mutex.c). */
-extern __thread bool lk_cond_relock;
+/* Set by a thread (not a ULT) while it relocks the mutex after a condvar wait (mutex.c): woken
+ * alone (signal, or a broadcast that found no other thread waiting) or in a herd (a broadcast
+ * that woke several threads, which now all want the mutex). */
+enum { LK_RELOCK_NONE = 0, LK_RELOCK_ONE = 1, LK_RELOCK_HERD = 2 };
+extern __thread uint8_t lk_cond_relock;
 
 /* CPUs this process may run on (affinity at first call; cached). More threads than this that
  * wait for each other cannot all run: a spin then takes the CPU a peer needs. */

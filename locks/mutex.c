@@ -307,8 +307,9 @@ static bool spin_acquire(pvrt_mutex_t *m, uint32_t extra, struct pvrt_ult *self)
 	 * holds a CPU that the owner, the rest of the herd or a straggler of the program's
 	 * phase needs (they outnumber the CPUs whenever the threads do), and with a descheduled
 	 * vCPU's threads the herd may be larger than the CPUs that run. Park at once, as
-	 * glibc's waiters do (lock-only streamcluster_cond under --emu=vcpus=4,pcpus=2: 0.54x
-	 * glibc's speed with the herd spinning, 0.92x without). */
+	 * glibc's waiters do (lock-only streamcluster_cond under --emu=vcpus=4,pcpus=2: 0.55x
+	 * glibc's speed with the herd spinning, 1.11x without). A herd member that starves
+	 * later still spins for its hand-off grant (await_grant). */
 	if (!self && lk_cond_relock == LK_RELOCK_HERD)
 		return false;
 	/* Woken alone, without preemption hints: an owner that acquired on the CPU we run on now

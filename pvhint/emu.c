@@ -103,6 +103,11 @@ unsigned pvhint_thread_tls_words(struct pvhint_tls_word *out, unsigned max)
 
 uint32_t emu_glock;
 
+int pvhint_thread_in_lock(void)
+{
+	return emu_in_lock != 0;
+}
+
 static pthread_once_t key_once = PTHREAD_ONCE_INIT;
 static pthread_key_t exit_key;
 static struct pvhint_emu *emu_list; /* every open emulator (emu_glock), for fork_child */
@@ -615,7 +620,8 @@ int pvhint_emu_move(pvhint_t *h, unsigned v)
 	if (!t || emu_thr_emu(t) != e)
 		return pvhint__fail(-EINVAL, "pvhint_emu_move: thread not attached to this handle");
 	emu_lock_enter(&e->lock);
-	/* Parked: never signalled, so no stop is in flight for the old vCPU. */
+	/* Parked: no stop is sent to it. A late one (sent before it parked, after its ack timed
+	 * out) is deferred while we hold the lock and then reads the new vCPU's hold. */
 	if (__atomic_load_n(&t->state, __ATOMIC_RELAXED) != THR_PARKED) {
 		emu_lock_leave(&e->lock);
 		return pvhint__fail(-EINVAL, "pvhint_emu_move: thread not parked");
@@ -631,6 +637,11 @@ int pvhint_emu_move(pvhint_t *h, unsigned v)
 		emu_set_ksleep(e, from, t, false);
 		from->nr_att--;
 		from->nr_parked--;
+		/* Its stops so far are the old vCPU's (as at detach); only this thread (its
+		 * handler, deferred while we hold the lock) writes them. */
+		from->gone_stops += __atomic_exchange_n(&t->stops, 0, __ATOMIC_RELAXED);
+		from->gone_stopped_ns += __atomic_exchange_n(&t->stopped_ns, 0, __ATOMIC_RELAXED);
+		from->gone_eintr += __atomic_exchange_n(&t->eintr, 0, __ATOMIC_RELAXED);
 		t->vcpu = v;
 		t->next = to->threads;
 		to->threads = t;

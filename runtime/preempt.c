@@ -165,7 +165,10 @@ static void preempt_handler(int sig, siginfo_t *si, void *ucv)
 		 * moves a ULT whose thread lost its worker to another thread: ld.so would then
 		 * unlock its recursive lock from a tid that does not own it (the unlock fails, the
 		 * lock stays held, and the next dlopen waits forever). sysmon kicks again. */
-		if (pvrt_rt.ult_tls && pvrt_tls_ldso_locked(m->tid)) {
+		/* Likewise inside the hint source's locks (the emulator's emu_glock, held across a
+		 * fork's handlers, and its stop-deferral count are the kernel thread's): moved, the
+		 * ULT would unlock on another thread and leave this one's count raised for ever. */
+		if (pvhint_thread_in_lock() || (pvrt_rt.ult_tls && pvrt_tls_ldso_locked(m->tid))) {
 			__atomic_fetch_sub(&inflight, 1, __ATOMIC_RELEASE);
 			errno = saved_errno;
 			return;

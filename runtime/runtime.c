@@ -305,8 +305,7 @@ int pvrt_init(const struct pvrt_config *c)
 		pvrt_altstack_on(w0, &pvrt_rt.old_altstack);
 	}
 	if (pvrt_rt.emu) {
-		pvhint_emu_attach(h, w0->vcpu);
-		w0->owner->emu = 1;
+		w0->owner->emu = pvhint_emu_attach(h, w0->vcpu) == 0;
 	}
 	if (pvrt_rt.slots)
 		__atomic_store_n(&w0->vcpu, (unsigned)pvhint_self_vcpu(), __ATOMIC_RELAXED);

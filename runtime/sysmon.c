@@ -41,6 +41,7 @@
 #define _GNU_SOURCE
 #include "internal.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/membarrier.h>
@@ -133,7 +134,11 @@ static void m_emu_take(struct pvrt_m *m, unsigned v)
 {
 	if (!m->emu || !m->emu_parked)
 		return;
-	pvhint_emu_move(pvrt_rt.hint, v);
+	/* It fails only on a bug (this thread is attached and parked; v is a worker's vCPU): the
+	 * thread then counts as its old vCPU's, a hint error, not a hang. */
+	int r = pvhint_emu_move(pvrt_rt.hint, v);
+	(void)r;
+	assert(r == 0);
 	m->emu_parked = 0;
 	pvhint_thread_unpark(pvrt_rt.hint);
 }

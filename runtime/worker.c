@@ -155,8 +155,7 @@ void *pvrt_worker_main(void *arg)
 	stack_t old;
 	pvrt_altstack_on(w, &old);
 	if (pvrt_rt.emu) {
-		pvhint_emu_attach(pvrt_rt.hint, w->vcpu);
-		m->emu = 1;
+		m->emu = pvhint_emu_attach(pvrt_rt.hint, w->vcpu) == 0; /* -ECHILD: inert */
 	}
 	if (pvrt_rt.slots) /* its record is its own thread's slot (registered here) */
 		__atomic_store_n(&w->vcpu, (unsigned)pvhint_self_vcpu(), __ATOMIC_RELAXED);

@@ -541,15 +541,15 @@ static int emu_of(pvhint_t *h, const char *fn, struct pvhint_emu **out)
 	return 0;
 }
 
-int pvhint_emu_attach(pvhint_t *h, unsigned v)
+static int attach(pvhint_t *h, unsigned v, bool parked, const char *fn)
 {
 	struct pvhint_emu *e;
-	int err = emu_of(h, "pvhint_emu_attach", &e);
+	int err = emu_of(h, fn, &e);
 
 	if (err)
 		return err;
 	if (v >= e->c.vcpus)
-		return pvhint__fail(-EINVAL, "pvhint_emu_attach: vCPU %u out of range (0..%u)", v,
+		return pvhint__fail(-EINVAL, "%s: vCPU %u out of range (0..%u)", fn, v,
 				    e->c.vcpus - 1);
 	if (emu_self)
 		thr_release(emu_self); /* re-attach: move */
@@ -558,7 +558,8 @@ int pvhint_emu_attach(pvhint_t *h, unsigned v)
 		return pvhint__fail(-ENOMEM, "out of memory");
 	t->tid = (pid_t)syscall(SYS_gettid);
 	t->vcpu = v;
-	t->state = THR_RUN;
+	/* Parked: never signalled, and its vCPU stays halted until it unparks. */
+	t->state = parked ? THR_PARKED : THR_RUN;
 	int cs; /* open is a cancellation point: see emu_nap_ns */
 	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cs);
 	t->statfd = open("/proc/thread-self/stat", O_RDONLY | O_CLOEXEC);
@@ -579,14 +580,26 @@ int pvhint_emu_attach(pvhint_t *h, unsigned v)
 	t->next = e->vc[v].threads;
 	e->vc[v].threads = t;
 	e->vc[v].nr_att++;
+	e->vc[v].nr_parked += parked;
 	if (e->vc[v].desched && e->c.mode != EMU_RANDOM)
 		t->hold = 1; /* joining a held vCPU: wait for its turn below */
 	emu_publish(e, os_now_ns());
 	emu_kick_ctl(e);
 	emu_lock_leave(&e->lock);
 	emu_lock_leave(&emu_glock);
-	emu_wait_hold(t);
+	if (!parked) /* a parked thread waits for its vCPU's turn when it unparks */
+		emu_wait_hold(t);
 	return 0;
+}
+
+int pvhint_emu_attach(pvhint_t *h, unsigned v)
+{
+	return attach(h, v, false, "pvhint_emu_attach");
+}
+
+int pvhint_emu_attach_parked(pvhint_t *h, unsigned v)
+{
+	return attach(h, v, true, "pvhint_emu_attach_parked");
 }
 
 int pvhint_emu_attach_next(pvhint_t *h)

@@ -116,10 +116,10 @@ static void m_emu_setup(struct pvrt_m *m)
 {
 	if (!pvrt_rt.emu || m->emu)
 		return;
-	if (pvhint_emu_attach(pvrt_rt.hint, 0))
+	if (pvhint_emu_attach_parked(pvrt_rt.hint, 0))
 		return; /* the thread then runs unseen by the emulator, as before attach */
 	m->emu = 1;
-	pvrt_m_emu_idle(m);
+	m->emu_parked = 1;
 }
 
 void pvrt_m_emu_idle(struct pvrt_m *m)

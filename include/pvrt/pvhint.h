@@ -285,6 +285,11 @@ PVRT_API int pvhint_bpf_serve(int listen_fd, volatile int *stop);
  * Context: thread (a ULT attaches its worker's kernel thread); fork: -ECHILD for an inherited
  * emulator. */
 PVRT_API int pvhint_emu_attach(pvhint_t *h, unsigned v);
+/* Attach the calling thread to v as if it then called pvhint_thread_park() at once: v does not
+ * become runnable (nor does the caller wait for v's turn) until the thread unparks. A runtime
+ * sets up a kernel thread that has no work yet this way. Errors as pvhint_emu_attach.
+ * Context: thread; fork: -ECHILD for an inherited emulator. */
+PVRT_API int pvhint_emu_attach_parked(pvhint_t *h, unsigned v);
 /* Attach to vCPU (n++ % vcpus): the placement pvrt-run uses for application threads.
  * Context: thread (a ULT attaches its worker's kernel thread); fork: -ECHILD for an inherited
  * emulator. */

@@ -227,6 +227,18 @@ int main(void)
 	pvhint_thread_unpark(h);
 	CHECK(!pvhint_vcpu_preempted(h, 1)); /* the unpark returned on vCPU 1's turn */
 	CHECK(!pvhint_emu_detach(h));
+
+	/* attach_parked on a held vCPU: counts as parked at once (a plain attach would wait for
+	 * the vCPU's turn first), and its unpark waits for that turn */
+	CHECK(!pvhint_emu_deschedule(h, 1, 50000000));
+	CHECK(!pvhint_emu_attach_parked(h, 1));
+	CHECK(!pvhint_emu_stats(h, 1, &m1));
+	CHECK_EQ(m1.threads, 1);
+	CHECK_EQ(m1.parked, 1);
+	CHECK_EQ(pvhint_emu_attach_parked(h, 2), -EINVAL);
+	pvhint_thread_unpark(h);
+	CHECK(!pvhint_vcpu_preempted(h, 1));
+	CHECK(!pvhint_emu_detach(h));
 	pvhint_close(h);
 	printf("emu script ok\n");
 	return 0;

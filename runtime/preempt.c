@@ -22,9 +22,10 @@
  *  - the interrupted pc is not in the runtime's own object (libpvrt or the preload: the locks
  *    use per-kernel-thread state) nor in libpvhint (the emulator's locks: a ULT switched out
  *    holding emu_glock stalls every thread that attaches, the spare taking a worker too) and,
- * unless ULTs own their TLS (M:N mode sets pvrt_rt.preempt_anywhere), it is in the executable
- * itself: libc, libstdc++, jemalloc, ... keep per-thread state (malloc's tcache, stdio's recursive
- * lock owner, errno) that the worker's other ULTs share when TLS is per kernel thread;
+ *    unless ULTs own their TLS (M:N mode sets pvrt_rt.preempt_anywhere), it is in the
+ *    executable itself: libc, libstdc++, jemalloc, ... keep per-thread state (malloc's tcache,
+ *    stdio's recursive lock owner, errno) that the worker's other ULTs share when TLS is per
+ *    kernel thread;
  *  - with per-ULT TLS, the kernel thread holds none of ld.so's recursive locks (their owner is
  *    the kernel tid, which the worker's ULTs share: the next ULT there could enter ld.so as if
  *    it held them, and sysmon, which takes one to start a spare thread, would wait for the

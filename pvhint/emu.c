@@ -558,7 +558,7 @@ static int attach(pvhint_t *h, unsigned v, bool parked, const char *fn)
 		return pvhint__fail(-ENOMEM, "out of memory");
 	t->tid = (pid_t)syscall(SYS_gettid);
 	t->vcpu = v;
-	/* Parked: never signalled, and its vCPU stays halted until it unparks. */
+	/* Parked: it does not make its vCPU runnable (nor is it signalled) until it unparks. */
 	t->state = parked ? THR_PARKED : THR_RUN;
 	int cs; /* open is a cancellation point: see emu_nap_ns */
 	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cs);

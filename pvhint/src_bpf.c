@@ -11,7 +11,9 @@
  *
  * Registration: a thread's first pvhint_self_vcpu() while a bpf handle is open claims a free
  * slot (BPF_NOEXIST update of slot_owner: atomic even between processes sharing the maps) and
- * maps its tid to it (tid_slot): two bpf(2) calls, once per thread. Lock paths after that read
+ * maps its tid to it: a compare and swap in the direct-mapped table tid_dm (mapped writable
+ * here, see PVHINT_BPF_DM), or when its entry is taken, the tid_slot hash: one or two bpf(2)
+ * calls, once per thread. Lock paths after that read
  * the slot from TLS. The program frees the slot when the thread exits.
  *
  * Unprivileged processes: pvhintd (tools/pvhintd) loads the program once, as root or with
@@ -69,6 +71,7 @@ static struct {
 	pthread_mutex_t mu;
 	struct pvhint_bpf *skel; /* NULL until loaded */
 	int page_fd, tid_fd, owner_fd;
+	uint64_t *dm; /* tid_dm, mapped writable (PVHINT_BPF_DM) */
 	size_t len;
 	int vpage_fd; /* vCPU mode's page, -1 when the kernel has no per-CPU steal_time */
 	size_t vlen;
@@ -234,6 +237,14 @@ static int load(void)
 		goto out;
 	}
 	size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+	void *dm = mmap(NULL, (size_t)PVHINT_BPF_DM * sizeof(uint64_t), PROT_READ | PROT_WRITE,
+			MAP_SHARED, bpf_map__fd(s->maps.tid_dm), 0);
+	if (dm == MAP_FAILED) {
+		err = pvhint__fail(-errno, "bpf: cannot map the registration table: %s",
+				   strerror(errno));
+		goto out;
+	}
+	inst.dm = dm; /* never unmapped: the instance lives as long as the process */
 	inst.len = ((size_t)PVHINT_BPF_ELEMS * PVHINT_RECORD_SIZE + pg - 1) & ~(pg - 1);
 	inst.page_fd = fd;
 	inst.vpage_fd = inst.vwhy[0] ? -1 : vfd;
@@ -538,10 +549,18 @@ static int claim_local(uint32_t tid)
 				continue;
 			return -errno;
 		}
-		if (bpf_map_update_elem(inst.tid_fd, &tid, &s, BPF_ANY)) {
-			int e = -errno;
-			bpf_map_delete_elem(inst.owner_fd, &s);
-			return e;
+		/* The direct-mapped entry if it is free (one store, which the program reads
+		 * whole); else the hash, announced to the program by dm_spill first. */
+		uint64_t *e = &inst.dm[tid & (PVHINT_BPF_DM - 1)], z = 0;
+		if (!__atomic_compare_exchange_n(e, &z, PVHINT_BPF_DM_ENTRY(tid, s), false,
+						 __ATOMIC_RELEASE, __ATOMIC_RELAXED)) {
+			__atomic_fetch_add(&inst.skel->bss->dm_spill, 1, __ATOMIC_SEQ_CST);
+			if (bpf_map_update_elem(inst.tid_fd, &tid, &s, BPF_ANY)) {
+				int err = -errno;
+				__atomic_fetch_sub(&inst.skel->bss->dm_spill, 1, __ATOMIC_SEQ_CST);
+				bpf_map_delete_elem(inst.owner_fd, &s);
+				return err;
+			}
 		}
 		__atomic_store_n(&inst.cursor, s + 1, __ATOMIC_RELAXED);
 		return (int)s;
@@ -659,6 +678,24 @@ int pvhint_bpf_serve(int listen_fd, volatile int *stop)
 	return 0;
 }
 
+/* The program's per-CPU switch counters, summed: one lookup per CPU (a statistics read). */
+static int cpu_counters(struct pvhint_bpf_stats *out)
+{
+	int fd = bpf_map__fd(inst.skel->maps.cpus);
+	uint32_t n = bpf_map__max_entries(inst.skel->maps.cpus);
+
+	out->switches = out->missed = 0;
+	for (uint32_t k = 0; k < n; k++) {
+		struct pvhint_bpf_cpu c;
+		if (bpf_map_lookup_elem(fd, &k, &c))
+			return pvhint__fail(-errno, "bpf: cannot read the program's counters: %s",
+					    strerror(errno));
+		out->switches += c.switches;
+		out->missed += c.missed;
+	}
+	return 0;
+}
+
 int pvhint_bpf_stats(pvhint_t *h, struct pvhint_bpf_stats *out)
 {
 	if (!h || !h->impl || !h->impl->bpf || !out)
@@ -666,8 +703,9 @@ int pvhint_bpf_stats(pvhint_t *h, struct pvhint_bpf_stats *out)
 	if (!inst.skel)
 		return pvhint__fail(-ENOTSUP, "bpf: the program is pvhintd's: its counters are "
 					      "not this process's to read");
-	out->switches = __atomic_load_n(&inst.skel->bss->switches_out, __ATOMIC_RELAXED);
-	out->missed = __atomic_load_n(&inst.skel->bss->missed_in, __ATOMIC_RELAXED);
+	int err = cpu_counters(out);
+	if (err)
+		return err;
 	out->slots = 0;
 	for (uint32_t s = 1; s < pvhint_nr_used(h); s++)
 		out->slots += __atomic_load_n(&h->rec[s].owner, __ATOMIC_RELAXED) != 0;

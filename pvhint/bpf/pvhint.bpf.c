@@ -38,7 +38,19 @@ struct {
 	__type(value, struct pvhint_record);
 } page SEC(".maps");
 
-/* Registration, written by user space: kernel tid -> slot, and slot -> tid (the claim). */
+/* Registration, written by user space: kernel tid -> slot (tid_dm, and tid_slot for the tids
+ * that do not fit there: see PVHINT_BPF_DM), and slot -> tid (the claim). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, PVHINT_BPF_DM);
+	__type(key, __u32);
+	__type(value, __u64);
+} tid_dm SEC(".maps");
+
+/* Registered tids in tid_slot only (their tid_dm entry was taken). */
+__u32 dm_spill;
+
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, PVHINT_BPF_SLOTS);
@@ -53,13 +65,6 @@ struct {
 	__type(value, __u32);
 } slot_owner SEC(".maps");
 
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, PVHINT_BPF_SLOTS);
-	__type(key, __u32);
-	__type(value, struct pvhint_bpf_slot);
-} slots SEC(".maps");
-
 /* max_entries set to the number of possible CPUs by the loader. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -69,12 +74,6 @@ struct {
 } cpus SEC(".maps");
 
 #define TASK_RUNNING 0
-
-/* Counters for the loader (pvhint_bpf_stats): registered-thread switch-outs, and switch-outs of a
- * thread whose switch-in the program did not see (see pvhint/README.md: kernel 6.18 loses a few
- * sched_switch calls to the program; the next switch-out repairs the record). */
-__u64 switches_out;
-__u64 missed_in;
 
 static __always_inline struct pvhint_header *hdr(void)
 {
@@ -88,14 +87,43 @@ static __always_inline struct pvhint_record *rec_of(__u32 slot)
 	return bpf_map_lookup_elem(&page, &k);
 }
 
-/* The slot of kernel thread 'tid', or 0 (not registered; the idle task is never). */
-static __always_inline __u32 slot_of(int tid)
+/* The program's state of a slot, in its record's padding (pvhint_bpf.h). */
+static __always_inline struct pvhint_bpf_slot *priv_of(struct pvhint_record *r)
 {
-	__u32 k = (__u32)tid;
+	return r ? (struct pvhint_bpf_slot *)((char *)r + PVHINT_BPF_PRIV_OFF) : NULL;
+}
+
+/* The slot of kernel thread 'tid', or 0 (not registered; the idle task is never); *dm: found
+ * in tid_dm. */
+static __always_inline __u32 slot_find(int tid, int *dm)
+{
+	__u32 k = (__u32)tid & (PVHINT_BPF_DM - 1), s;
+	__u64 *e;
+
+	*dm = 0;
 	if (tid <= 0)
 		return 0;
-	__u32 *s = bpf_map_lookup_elem(&tid_slot, &k);
-	return s && *s > 0 && *s < PVHINT_BPF_SLOTS ? *s : 0;
+	e = bpf_map_lookup_elem(&tid_dm, &k);
+	if (e) {
+		/* One 64-bit load: user space publishes an entry with one store. */
+		__u64 v = *(volatile __u64 *)e;
+		if ((__u32)v == (__u32)tid) {
+			*dm = 1;
+			s = (__u32)(v >> 32);
+			return s < PVHINT_BPF_SLOTS ? s : 0;
+		}
+	}
+	if (!*(volatile __u32 *)&dm_spill)
+		return 0;
+	k = (__u32)tid;
+	__u32 *hs = bpf_map_lookup_elem(&tid_slot, &k);
+	return hs && *hs > 0 && *hs < PVHINT_BPF_SLOTS ? *hs : 0;
+}
+
+static __always_inline __u32 slot_of(int tid)
+{
+	int dm;
+	return slot_find(tid, &dm);
 }
 
 /* Thread 'tid''s slot with its private state and record, or 0 when not registered. */
@@ -106,8 +134,8 @@ static __always_inline __u32 slot_state(int tid, struct pvhint_bpf_slot **ps,
 
 	if (!s)
 		return 0;
-	*ps = bpf_map_lookup_elem(&slots, &s);
 	*r = rec_of(s);
+	*ps = priv_of(*r);
 	return *ps && *r ? s : 0;
 }
 
@@ -199,8 +227,8 @@ static long walk_bit(__u32 unused, struct walk *x)
 		return 1;
 	x->w = w & (w - 1);
 	__u32 s = x->base + debruijn64[((w & -w) * 0x03f79d71b4cb0a89ull) >> 58];
-	struct pvhint_bpf_slot *p = bpf_map_lookup_elem(&slots, &s);
 	struct pvhint_record *r = rec_of(s);
+	struct pvhint_bpf_slot *p = priv_of(r);
 	if (p && r && !p->running) /* a stale bit of a running thread: leave it 0 */
 		r->is_idle = (__u8)x->idle;
 	return 0;
@@ -231,19 +259,23 @@ static __always_inline void walk_cpu(__u32 cpu, __u32 idle)
 	bpf_loop((used + 63) / 64, walk_word, &x, 0);
 }
 
-/* Thread 'tid' (slot s) leaves CPU 'cpu'. */
-static __always_inline void switch_out(__u32 s, int tid, __u32 cpu, int runnable, __u32 idle,
-				       __u64 now)
+/* Thread 'tid' (slot s) leaves CPU 'cpu' (its state c). The counters are for the loader
+ * (pvhint_bpf_stats): switch-outs, and switch-outs of a thread whose switch-in the program did
+ * not see (see pvhint/README.md: kernel 6.18 loses a few sched_switch calls to the program; the
+ * next switch-out repairs the record). Plain increments: only this CPU writes them, with
+ * interrupts off. */
+static __always_inline void switch_out(struct pvhint_bpf_cpu *c, __u32 s, int tid, __u32 cpu,
+				       int runnable, __u32 idle, __u64 now)
 {
-	struct pvhint_bpf_slot *p = bpf_map_lookup_elem(&slots, &s);
 	struct pvhint_record *r = rec_of(s);
+	struct pvhint_bpf_slot *p = priv_of(r);
 
 	if (!p || !r)
 		return;
 	/* Out twice (not the first event after registration): a switch-in was not seen. */
 	if (r->owner == (__u32)tid && !p->running)
-		__sync_fetch_and_add(&missed_in, 1);
-	__sync_fetch_and_add(&switches_out, 1);
+		c->missed++;
+	c->switches++;
 	note_owner(r, s, tid);
 	p->running = 0;
 	p->wait_start = runnable ? now : 0;
@@ -260,8 +292,8 @@ static __always_inline void switch_out(__u32 s, int tid, __u32 cpu, int runnable
 /* Thread 'tid' (slot s) runs on CPU 'cpu'. */
 static __always_inline void switch_in(__u32 s, int tid, __u32 cpu, __u64 now)
 {
-	struct pvhint_bpf_slot *p = bpf_map_lookup_elem(&slots, &s);
 	struct pvhint_record *r = rec_of(s);
+	struct pvhint_bpf_slot *p = priv_of(r);
 
 	if (!p || !r)
 		return;
@@ -355,7 +387,9 @@ int BPF_PROG(pvhint_switch, _Bool preempt, struct task_struct *prev, struct task
 	struct pvhint_bpf_cpu *c = bpf_map_lookup_elem(&cpus, &cpu);
 	int ptid = prev->pid, ntid = next->pid;
 	__u32 idle = ntid == 0, ps = slot_of(ptid), ns = slot_of(ntid);
-	__u64 now = bpf_ktime_get_ns();
+	/* The clock only for a registered thread or vCPU mode (a clock read is ~20-50 ns in a
+	 * guest, most of an unregistered switch's cost). */
+	__u64 now = ps || ns || off_st ? bpf_ktime_get_ns() : 0;
 
 	if (!c)
 		return 0;
@@ -364,7 +398,7 @@ int BPF_PROG(pvhint_switch, _Bool preempt, struct task_struct *prev, struct task
 		 * sleep (__schedule set it TASK_RUNNING again). Not: blocked, incl. EEVDF's delayed
 		 * dequeue, which keeps a sleeper on the queue with a sleeping state. */
 		int runnable = preempt || BPF_CORE_READ(prev, __state) == TASK_RUNNING;
-		switch_out(ps, ptid, cpu, runnable, idle, now);
+		switch_out(c, ps, ptid, cpu, runnable, idle, now);
 	}
 	if (ns)
 		switch_in(ns, ntid, cpu, now);
@@ -385,8 +419,12 @@ static __always_inline int on_wakeup(struct task_struct *p)
 		return 0;
 	if (!ps->wait_start)
 		ps->wait_start = bpf_ktime_get_ns();
-	r->sleeping = 0;
-	r->is_idle = (__u8)cpu_idle(task_cpu(p));
+	/* Stored only when changed: other CPUs read the record, each store costs them a miss. */
+	__u8 idle = (__u8)cpu_idle(task_cpu(p));
+	if (r->sleeping)
+		r->sleeping = 0;
+	if (r->is_idle != idle)
+		r->is_idle = idle;
 	return 0;
 }
 
@@ -426,12 +464,16 @@ int BPF_PROG(pvhint_migrate, struct task_struct *p, int dest_cpu)
 SEC("tp_btf/sched_process_exit")
 int BPF_PROG(pvhint_exit, struct task_struct *p)
 {
-	__u32 tid = (__u32)p->pid;
+	__u32 tid = (__u32)p->pid, k = tid & (PVHINT_BPF_DM - 1);
 	struct pvhint_bpf_slot *ps;
 	struct pvhint_record *r;
-	__u32 s = slot_state(p->pid, &ps, &r);
+	int dm;
+	__u32 s = slot_find(p->pid, &dm);
+	__u64 *e = bpf_map_lookup_elem(&tid_dm, &k);
 
-	if (!s)
+	r = s ? rec_of(s) : NULL;
+	ps = priv_of(r);
+	if (!ps || !r || !e)
 		return 0;
 	waiting_bit(ps->cpu1, s, 0);
 	ps->cpu1 = 0;
@@ -442,7 +484,13 @@ int BPF_PROG(pvhint_exit, struct task_struct *p)
 	r->sleeping = 0;
 	r->is_idle = 0;
 	r->owner = 0;
-	/* The claim last: a new owner never sees the old thread's state. */
+	/* The claim last: a new owner never sees the old thread's state. The tid_dm entry is
+	 * cleared only if it is still ours (user space fills free entries with a compare and swap).
+	 */
+	if (dm)
+		__sync_val_compare_and_swap(e, PVHINT_BPF_DM_ENTRY(tid, s), 0);
+	else
+		__sync_fetch_and_sub(&dm_spill, 1);
 	bpf_map_delete_elem(&tid_slot, &tid);
 	bpf_map_delete_elem(&slot_owner, &s);
 	return 0;

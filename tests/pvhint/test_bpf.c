@@ -25,6 +25,7 @@
  */
 #define _GNU_SOURCE
 #include "check.h"
+#include "pvhint_bpf.h"
 #include "pvrt_os.h"
 
 #include <dirent.h>
@@ -98,8 +99,9 @@ static size_t map_len(void)
 	return PVHINT_HEADER_SIZE + (((size_t)h->nr * PVHINT_RECORD_SIZE + pg - 1) & ~(pg - 1));
 }
 
-/* The page map's fd: the mmapable array among this process's BPF map fds. */
-static int page_map_fd(void)
+/* The fd of this process's BPF array map whose fdinfo also has 'want' (e.g. its size), and that
+ * is mmapable. */
+static int mmapable_map_fd(const char *want)
 {
 	DIR *d = opendir("/proc/self/fdinfo");
 	struct dirent *e;
@@ -117,11 +119,17 @@ static int page_map_fd(void)
 		buf[n] = 0;
 		const char *fl = strstr(buf, "map_flags:");
 		if (strstr(buf, "map_type:\t2\n") && fl &&
-		    (strtoul(fl + 10, NULL, 16) & BPF_F_MMAPABLE))
+		    (strtoul(fl + 10, NULL, 16) & BPF_F_MMAPABLE) && strstr(buf, want))
 			found = atoi(e->d_name);
 	}
 	closedir(d);
 	return found;
+}
+
+/* The page map's fd: records of 64 bytes. */
+static int page_map_fd(void)
+{
+	return mmapable_map_fd("value_size:\t64\n");
 }
 
 static void read_only(void)
@@ -580,6 +588,75 @@ static void vcpu_mode(void)
 
 /* ---- pvhintd: the source served to unprivileged processes ---- */
 
+/* A thread whose tid's entry in the direct-mapped registration table is taken registers
+ * through the tid_slot hash: the program must find it there (its record shows it asleep), and
+ * free its slot when it exits. */
+struct spill {
+	int tid, slot, go;
+	int pipe[2];
+};
+
+static void *spill_thread(void *p)
+{
+	struct spill *x = p;
+	__atomic_store_n(&x->tid, (int)syscall(SYS_gettid), __ATOMIC_RELEASE);
+	while (!__atomic_load_n(&x->go, __ATOMIC_ACQUIRE))
+		test_sleep_us(100);
+	__atomic_store_n(&x->slot, pvhint_self_vcpu(), __ATOMIC_RELEASE);
+	char c;
+	CHECK(read(x->pipe[0], &c, 1) == 1); /* asleep until released */
+	return NULL;
+}
+
+static void spilled(void)
+{
+	char want[64];
+	snprintf(want, sizeof(want), "max_entries:\t%u\n", PVHINT_BPF_DM);
+	int fd = mmapable_map_fd(want);
+	CHECK(fd >= 0);
+	uint64_t *dm =
+	    mmap(NULL, PVHINT_BPF_DM * sizeof(uint64_t), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	CHECK(dm != MAP_FAILED);
+	struct spill x = {0};
+	CHECK(!pipe(x.pipe));
+	pthread_t t;
+	CHECK(!pthread_create(&t, NULL, spill_thread, &x));
+	while (!__atomic_load_n(&x.tid, __ATOMIC_ACQUIRE))
+		test_sleep_us(100);
+	/* An entry no task matches (tid 0): the thread's claim finds it taken. */
+	uint64_t *e = &dm[(uint32_t)x.tid & (PVHINT_BPF_DM - 1)], z = 0;
+	const uint64_t blocker = PVHINT_BPF_DM_ENTRY(0, 1);
+	CHECK(
+	    __atomic_compare_exchange_n(e, &z, blocker, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST));
+	__atomic_store_n(&x.go, 1, __ATOMIC_RELEASE);
+	while (!__atomic_load_n(&x.slot, __ATOMIC_ACQUIRE))
+		test_sleep_us(100);
+	CHECK(x.slot > 0 && (unsigned)x.slot < h->nr);
+	const struct pvhint_record *r = &h->rec[x.slot];
+	uint64_t t0 = os_now_ns();
+	bool seen = false;
+	while (!seen && os_now_ns() - t0 < 10000000000ull) {
+		seen = __atomic_load_n(&r->owner, __ATOMIC_RELAXED) == (uint32_t)x.tid &&
+		       __atomic_load_n(&r->sleeping, __ATOMIC_RELAXED);
+		test_sleep_us(1000);
+	}
+	CHECK(__atomic_load_n(e, __ATOMIC_SEQ_CST) == blocker); /* the claim left it alone */
+	CHECK(write(x.pipe[1], "x", 1) == 1);
+	CHECK(!pthread_join(t, NULL));
+	t0 = os_now_ns();
+	while (__atomic_load_n(&r->owner, __ATOMIC_RELAXED) && os_now_ns() - t0 < 10000000000ull)
+		test_sleep_us(1000);
+	printf("spilled registration: slot %d asleep seen: %s, freed at exit: %s\n", x.slot,
+	       seen ? "yes" : "no", r->owner ? "no" : "yes");
+	CHECK(seen);
+	CHECK_EQ(r->owner, 0);
+	CHECK(__atomic_compare_exchange_n(e, (uint64_t[]){blocker}, 0, false, __ATOMIC_SEQ_CST,
+					  __ATOMIC_SEQ_CST));
+	munmap(dm, PVHINT_BPF_DM * sizeof(uint64_t));
+	close(x.pipe[0]);
+	close(x.pipe[1]);
+}
+
 static void *slot_thread(void *p)
 {
 	*(int *)p = pvhint_self_vcpu();
@@ -820,6 +897,7 @@ int main(int argc, char **argv)
 	steal_vs_schedstat();
 	flag_latency();
 	idle_walk();
+	spilled();
 	churn();
 	vcpu_mode();
 	daemon_test(argv[0]);

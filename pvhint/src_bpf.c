@@ -537,6 +537,21 @@ void pvhint__bpf_close(struct pvhint_impl *im)
 	pthread_mutex_unlock(&inst.mu);
 }
 
+/* Publish tid -> slot s in its tid_dm entry: a free one, or one that holds our own tid, which
+ * is stale (we are alive and registering; an exec keeps the tid without an exit). One store,
+ * which the program reads whole. False: another thread's. */
+static bool dm_publish(uint64_t *e, uint32_t tid, uint32_t s)
+{
+	uint64_t z = 0;
+	for (;;) {
+		if (__atomic_compare_exchange_n(e, &z, PVHINT_BPF_DM_ENTRY(tid, s), false,
+						__ATOMIC_RELEASE, __ATOMIC_RELAXED))
+			return true;
+		if ((uint32_t)z != tid)
+			return false;
+	}
+}
+
 /* Claim a free slot for tid in this process's maps. */
 static int claim_local(uint32_t tid)
 {
@@ -549,15 +564,22 @@ static int claim_local(uint32_t tid)
 				continue;
 			return -errno;
 		}
-		/* The direct-mapped entry if it is free (one store, which the program reads
-		 * whole); else the hash, announced to the program by dm_spill first. */
-		uint64_t *e = &inst.dm[tid & (PVHINT_BPF_DM - 1)], z = 0;
-		if (!__atomic_compare_exchange_n(e, &z, PVHINT_BPF_DM_ENTRY(tid, s), false,
-						 __ATOMIC_RELEASE, __ATOMIC_RELAXED)) {
+		/* tid_dm first (dm_publish); else the hash, announced to the program by dm_spill
+		 * first. dm_spill counts the hash's entries, one each. */
+		bool in_dm = dm_publish(&inst.dm[tid & (PVHINT_BPF_DM - 1)], tid, s);
+		if (!in_dm) {
 			__atomic_fetch_add(&inst.skel->bss->dm_spill, 1, __ATOMIC_SEQ_CST);
-			if (bpf_map_update_elem(inst.tid_fd, &tid, &s, BPF_ANY)) {
-				int err = -errno;
+			int err = 0;
+			if (bpf_map_update_elem(inst.tid_fd, &tid, &s, BPF_NOEXIST)) {
+				err = -errno;
+				/* Our tid has a (stale) hash entry already, counted: replace it. */
 				__atomic_fetch_sub(&inst.skel->bss->dm_spill, 1, __ATOMIC_SEQ_CST);
+				if (err == -EEXIST)
+					err = bpf_map_update_elem(inst.tid_fd, &tid, &s, BPF_EXIST)
+						  ? -errno
+						  : 0;
+			}
+			if (err) {
 				bpf_map_delete_elem(inst.owner_fd, &s);
 				return err;
 			}

@@ -489,9 +489,9 @@ int BPF_PROG(pvhint_exit, struct task_struct *p)
 	 */
 	if (dm)
 		__sync_val_compare_and_swap(e, PVHINT_BPF_DM_ENTRY(tid, s), 0);
-	else
+	/* dm_spill counts the hash's entries (src_bpf.c claim_local), stale ones included. */
+	if (!bpf_map_delete_elem(&tid_slot, &tid))
 		__sync_fetch_and_sub(&dm_spill, 1);
-	bpf_map_delete_elem(&tid_slot, &tid);
 	bpf_map_delete_elem(&slot_owner, &s);
 	return 0;
 }

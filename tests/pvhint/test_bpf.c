@@ -126,10 +126,12 @@ static int mmapable_map_fd(const char *want)
 	return found;
 }
 
-/* The page map's fd: records of 64 bytes. */
+/* The page map's fd (not vCPU mode's, which has 64-byte elements too). */
 static int page_map_fd(void)
 {
-	return mmapable_map_fd("value_size:\t64\n");
+	char want[64];
+	snprintf(want, sizeof(want), "max_entries:\t%u\n", PVHINT_BPF_ELEMS);
+	return mmapable_map_fd(want);
 }
 
 static void read_only(void)
@@ -608,7 +610,10 @@ static void *spill_thread(void *p)
 	return NULL;
 }
 
-static void spilled(void)
+/* own = 0: the thread's entry holds another (impossible) tid: it registers through the hash.
+ * own = 1: the entry holds the thread's own tid with another slot, as one left by an exec, which
+ * keeps the tid without an exit: the claim replaces it. */
+static void spilled(int own)
 {
 	char want[64];
 	snprintf(want, sizeof(want), "max_entries:\t%u\n", PVHINT_BPF_DM);
@@ -623,15 +628,14 @@ static void spilled(void)
 	CHECK(!pthread_create(&t, NULL, spill_thread, &x));
 	while (!__atomic_load_n(&x.tid, __ATOMIC_ACQUIRE))
 		test_sleep_us(100);
-	/* An entry no task matches (tid 0): the thread's claim finds it taken. */
 	uint64_t *e = &dm[(uint32_t)x.tid & (PVHINT_BPF_DM - 1)], z = 0;
-	const uint64_t blocker = PVHINT_BPF_DM_ENTRY(0, 1);
+	const uint64_t blocker = PVHINT_BPF_DM_ENTRY(own ? (uint32_t)x.tid : 0, 1);
 	CHECK(
 	    __atomic_compare_exchange_n(e, &z, blocker, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST));
 	__atomic_store_n(&x.go, 1, __ATOMIC_RELEASE);
 	while (!__atomic_load_n(&x.slot, __ATOMIC_ACQUIRE))
 		test_sleep_us(100);
-	CHECK(x.slot > 0 && (unsigned)x.slot < h->nr);
+	CHECK(x.slot > 1 && (unsigned)x.slot < h->nr);
 	const struct pvhint_record *r = &h->rec[x.slot];
 	uint64_t t0 = os_now_ns();
 	bool seen = false;
@@ -640,18 +644,23 @@ static void spilled(void)
 		       __atomic_load_n(&r->sleeping, __ATOMIC_RELAXED);
 		test_sleep_us(1000);
 	}
-	CHECK(__atomic_load_n(e, __ATOMIC_SEQ_CST) == blocker); /* the claim left it alone */
+	CHECK(__atomic_load_n(e, __ATOMIC_SEQ_CST) ==
+	      (own ? PVHINT_BPF_DM_ENTRY(x.tid, x.slot) : blocker));
 	CHECK(write(x.pipe[1], "x", 1) == 1);
 	CHECK(!pthread_join(t, NULL));
 	t0 = os_now_ns();
 	while (__atomic_load_n(&r->owner, __ATOMIC_RELAXED) && os_now_ns() - t0 < 10000000000ull)
 		test_sleep_us(1000);
-	printf("spilled registration: slot %d asleep seen: %s, freed at exit: %s\n", x.slot,
-	       seen ? "yes" : "no", r->owner ? "no" : "yes");
+	printf("%s registration: slot %d asleep seen: %s, freed at exit: %s\n",
+	       own ? "stale own entry" : "spilled", x.slot, seen ? "yes" : "no",
+	       r->owner ? "no" : "yes");
 	CHECK(seen);
 	CHECK_EQ(r->owner, 0);
-	CHECK(__atomic_compare_exchange_n(e, (uint64_t[]){blocker}, 0, false, __ATOMIC_SEQ_CST,
-					  __ATOMIC_SEQ_CST));
+	if (own)
+		CHECK_EQ(__atomic_load_n(e, __ATOMIC_SEQ_CST), 0); /* cleared by the exit */
+	else
+		CHECK(__atomic_compare_exchange_n(e, (uint64_t[]){blocker}, 0, false,
+						  __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST));
 	munmap(dm, PVHINT_BPF_DM * sizeof(uint64_t));
 	close(x.pipe[0]);
 	close(x.pipe[1]);
@@ -897,7 +906,8 @@ int main(int argc, char **argv)
 	steal_vs_schedstat();
 	flag_latency();
 	idle_walk();
-	spilled();
+	spilled(0);
+	spilled(1);
 	churn();
 	vcpu_mode();
 	daemon_test(argv[0]);

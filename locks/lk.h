@@ -98,6 +98,15 @@ static inline uint32_t lk_self_vcpu1(struct pvrt_ult *u)
 }
 
 /* True if any vCPU other than the caller's is preempted (barrier: a missing peer may be there). */
+/*
+ * Is our own vCPU sharing its physical CPU? Its steal time grew within the last
+ * LK_STEAL_RECENT_NS (thread-slot pages: our thread waited for a CPU). Then a long spin is not
+ * free: while we spin, a vCPU (a thread) that waits for our CPU does not run, whereas a parked
+ * thread's vCPU halts and hands the CPU over at once. One racy load of the steal field (only a
+ * change matters) and a clock read; for contended paths only.
+ */
+bool lk_own_vcpu_shared(pvhint_t *h, struct pvrt_ult *u);
+/* Is a vCPU other than ours preempted (thread-slot pages: lk_own_vcpu_shared)? */
 bool lk_any_other_preempted(pvhint_t *h);
 
 /* Set by a thread (not a ULT) while it relocks the mutex after a condvar wait (mutex.c): woken

@@ -106,7 +106,9 @@ static inline uint32_t lk_self_vcpu1(struct pvrt_ult *u)
  * change matters) and a clock read; for contended paths only.
  */
 bool lk_own_vcpu_shared(pvhint_t *h, struct pvrt_ult *u);
-/* Is a vCPU other than ours preempted (thread-slot pages: lk_own_vcpu_shared)? */
+/* Is a vCPU other than ours preempted? Thread-slot pages: one of the next LK_SCAN_RECORDS
+ * records (a window that moves with every call). */
+#define LK_SCAN_RECORDS 64u
 bool lk_any_other_preempted(pvhint_t *h);
 
 /* Set by a thread (not a ULT) while it relocks the mutex after a condvar wait (mutex.c): woken

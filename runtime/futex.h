@@ -53,15 +53,6 @@ int rt_futex_wake_hinted(uint32_t *addr, const pvhint_t *h);
 /* How many waiters are queued on addr now (for tests). */
 int rt_futex_nr_waiters(const uint32_t *addr);
 
-/* Does is_idle rank waiters? Not in thread-slot pages (PVHINT_VALID_SLEEPING): there a woken
- * thread runs where the kernel places it, which is an idle CPU whenever there is one (its last
- * CPU first), so no waiter runs sooner for its last CPU being idle; the ranking only read more
- * records under the wait queue's lock and reordered wake-ups. */
-static inline bool rt_wake_by_idle(const pvhint_t *h)
-{
-	return (h->valid & (PVHINT_VALID_IS_IDLE | PVHINT_VALID_SLEEPING)) == PVHINT_VALID_IS_IDLE;
-}
-
 /* How soon a thread waiting on vCPU vcpu1 - 1 (0: unknown) would run if woken now: 2 at once
  * (the physical CPU under that vCPU is idle), 1 its vCPU is not preempted (or unknown), 0 it
  * is preempted. The ranking of rt_futex_wake_hinted, also used by the condvar's signal. */
@@ -70,7 +61,7 @@ static inline int rt_wake_rank(const pvhint_t *h, uint32_t vcpu1)
 	if (!vcpu1)
 		return 1;
 	unsigned v = vcpu1 - 1;
-	if (rt_wake_by_idle(h) && pvhint_pcpu_idle(h, v))
+	if ((h->valid & PVHINT_VALID_IS_IDLE) && pvhint_pcpu_idle(h, v))
 		return 2;
 	return (h->valid & PVHINT_VALID_PREEMPTED) && pvhint_vcpu_preempted(h, v) ? 0 : 1;
 }
@@ -78,10 +69,10 @@ static inline int rt_wake_rank(const pvhint_t *h, uint32_t vcpu1)
 /*
  * "Wake who runs soonest, with bounded skips": the choice of rt_futex_wake_hinted and of the
  * condvar's signal. Offer the queued waiters oldest first; the pick is the one with the highest
- * rt_wake_rank among the first RT_WAKE_PICK_SCAN, the oldest among equals, cut short by the
- * best rank there is (2, or 1 where is_idle does not rank) or by a waiter already passed over
- * RT_WAKE_MAX_SKIPS times (the fairness bound: it goes first). The caller then counts a skip for
- * each waiter older than the pick, so hints reorder wake-ups by a bounded amount.
+ * rt_wake_rank among the first RT_WAKE_PICK_SCAN, the oldest among equals, cut short by a
+ * rank of 2 (cannot do better) or by a waiter already passed over RT_WAKE_MAX_SKIPS times (the
+ * fairness bound: it goes first). The caller then counts a skip for each waiter older than the
+ * pick, so hints reorder wake-ups by a bounded amount.
  */
 #define RT_WAKE_PICK_SCAN 8
 #define RT_WAKE_MAX_SKIPS 4
@@ -108,8 +99,8 @@ static inline bool rt_wake_pick_offer(struct rt_wake_pick *p, const pvhint_t *h,
 	if (r > p->rank) {
 		p->best = w;
 		p->rank = r;
-		if (r == (rt_wake_by_idle(h) ? 2 : 1))
-			return false; /* the best rank there is */
+		if (r == 2)
+			return false;
 	}
 	return ++p->seen < RT_WAKE_PICK_SCAN;
 }

@@ -260,18 +260,6 @@ static void hinted_wake(void)
 		CHECK_EQ(hwake(many, RT_WAKE_PICK_SCAN + 1), i == 1 ? 60 : 40 + i - 1);
 	CHECK_EQ(hwake(many, RT_WAKE_PICK_SCAN + 1), 40 + RT_WAKE_PICK_SCAN - 1);
 
-	/* Thread-slot pages (bpf): is_idle does not rank (the kernel places a woken thread);
-	 * a preempted waiter still goes after one that is not. */
-	hpage.valid = PVHINT_VALID_PREEMPTED | PVHINT_VALID_IS_IDLE | PVHINT_VALID_SLEEPING;
-	hqueue(&w[0], 50, 1);
-	hqueue(&w[1], 51, 2);
-	CHECK_EQ(hwake(w, 2), 50); /* not 51, whose last CPU is idle */
-	CHECK_EQ(hwake(w, 2), 51);
-	hqueue(&w[0], 52, 0);
-	hqueue(&w[1], 53, 2);
-	CHECK_EQ(hwake(w, 2), 53); /* 52's thread is preempted */
-	CHECK_EQ(hwake(w, 2), 52);
-
 	/* Without preemption or idle hints: plain FIFO. */
 	hpage.valid = 0;
 	hqueue(&w[0], 30, 0);

@@ -19,22 +19,10 @@
  * stores SIGNALED and then bumps 'kseq' under the queue lock (so that destroy,
  * which takes the queue lock, cannot return between the two), and after the
  * lock wakes the node's bit. Broadcast marks every kernel node SIGNALED in one
- * lock section.
- *
- * Broadcast to thread waiters whose mutex is pvrt's ('morph' nodes) is wait
- * morphing done in user space: only the first is woken; each node carries the
- * bit of the next ('next_kbit'), and its waiter wakes that one when it next
- * unlocks a pvrt mutex (lk_cond_pass_on from the unlock), normally the mutex
- * it retook, so each waiter finds it free. Waking them all at once (a herd)
- * made every one but the first meet the held mutex and sleep again: about 12.5
- * context switches per round of a mutex+condvar barrier of 8 threads on 2
- * CPUs where 8 are needed (parsec_streamcluster_cond 8: 0.93x glibc's speed
- * herded, 1.12x morphed). A waiter that wakes otherwise (a timeout, a
- * spurious wake-up) and finds itself SIGNALED goes on, and still passes its
- * successor on at its unlock; one that leaves without the mutex (an error, a
- * cancellation) passes it on at once (withdraw). The other kernel nodes (a
- * glibc mutex: robust, process-shared, PI) are woken with the first, in one
- * system call: their mutex's unlock is glibc's and passes nothing on.
+ * lock section and wakes them all with one system call: one wake-up per
+ * waiter in a row would make each waiter wait, under oversubscription, for
+ * the previous one to get a CPU (each hop a scheduling delay, or a whole
+ * time slice of an emulated vCPU).
  *
  * ULT nodes (which park through rt_futex) of a broadcast are linked through
  * 'chain' and only the first is signalled. A woken ULT waiter signals its
@@ -77,13 +65,11 @@ enum { WAITING = 0, CHAINED = 1, SIGNALED = 2 };
 
 struct pvrt_cond_node {
 	uint32_t state;
-	bool kernel;	    /* a thread: sleeps in the kernel futex on 'kseq', bit 'kbit' */
-	uint8_t skipped;    /* times a signal passed over it (under the queue lock) */
-	bool herd;	    /* kernel nodes: woken by a broadcast together with other threads */
-	bool morph;	    /* kernel nodes: the waiter's mutex is pvrt's (see the top) */
-	uint32_t next_kbit; /* morphed broadcast: the bit this waiter passes on, 0 none */
-	uint32_t vcpu1;	    /* a thread waiter's vCPU + 1 when it queued; 0: a ULT, or unknown */
-	uint32_t kbit;	    /* kernel nodes: the futex bitset it sleeps with */
+	bool kernel;	 /* a thread: sleeps in the kernel futex on 'kseq', bit 'kbit' */
+	uint8_t skipped; /* times a signal passed over it (under the queue lock) */
+	bool herd;	 /* kernel nodes: woken by a broadcast together with other threads */
+	uint32_t vcpu1;	 /* a thread waiter's vCPU + 1 when it queued; 0: a ULT, or unknown */
+	uint32_t kbit;	 /* kernel nodes: the futex bitset it sleeps with */
 	struct pvrt_cond_node *next, *prev;
 	struct pvrt_cond_node *chain; /* broadcast: the waiter to signal after us */
 };
@@ -138,8 +124,6 @@ int pvrt_cond_init(pvrt_cond_t *c, clockid_t clk)
 	return 0;
 }
 
-static void kwake(pvrt_cond_t *c, uint32_t bits);
-
 int pvrt_cond_destroy(pvrt_cond_t *c)
 {
 	queue_lock(c);
@@ -157,10 +141,6 @@ int pvrt_cond_destroy(pvrt_cond_t *c)
 		    !__atomic_compare_exchange_n(refs, &r, r | DESTROYING, false, __ATOMIC_RELAXED,
 						 __ATOMIC_RELAXED))
 			continue;
-		/* Waiters a morphed broadcast took may sleep until a predecessor unlocks its
-		 * mutex, which we may hold: they are SIGNALED, so wake them now; each drops
-		 * its reference before it locks the mutex. */
-		kwake(c, FUTEX_BITSET_MATCH_ANY);
 		lk_park(refs, r | DESTROYING, CLOCK_MONOTONIC, NULL, C);
 	}
 }
@@ -255,21 +235,9 @@ static void withdraw(pvrt_cond_t *c, struct pvrt_cond_node *n)
 			park_chained(n);
 		if (n->chain)
 			signal_node(n->chain);
-		if (n->next_kbit)
-			kwake(c, n->next_kbit); /* a morphed broadcast's successor */
 		pvrt_cond_signal(c);
 	}
 	put_ref(c);
-}
-
-__thread pvrt_cond_t *lk_pass_c __attribute__((tls_model("initial-exec")));
-static __thread uint32_t lk_pass_bit __attribute__((tls_model("initial-exec")));
-
-void lk_cond_pass_on(void)
-{
-	pvrt_cond_t *c = lk_pass_c;
-	lk_pass_c = NULL;
-	kwake(c, lk_pass_bit);
 }
 
 /* The state of a kernel wait, read by its cleanup handler when it is cancellable. */
@@ -355,7 +323,7 @@ static int wait_kernel(pvrt_cond_t *c, void *m, lk_mutex_op lock, struct pvrt_co
 }
 
 int lk_cond_wait(pvrt_cond_t *c, void *m, lk_mutex_op unlock, lk_mutex_op lock, clockid_t clk,
-		 const struct timespec *abs, bool cancellable, bool morph)
+		 const struct timespec *abs, bool cancellable)
 {
 	if (abs && !os_timespec_valid(abs))
 		return -EINVAL;
@@ -363,10 +331,8 @@ int lk_cond_wait(pvrt_cond_t *c, void *m, lk_mutex_op unlock, lk_mutex_op lock, 
 	struct pvrt_ult *self = lk_self_ult();
 	bool kernel = !self;
 	/* A ULT's vCPU is where the scheduler puts it when readied: unknown here. */
-	struct pvrt_cond_node n = {.state = WAITING,
-				   .kernel = kernel,
-				   .morph = kernel && morph,
-				   .vcpu1 = self ? 0 : lk_self_vcpu1(NULL)};
+	struct pvrt_cond_node n = {
+	    .state = WAITING, .kernel = kernel, .vcpu1 = self ? 0 : lk_self_vcpu1(NULL)};
 	n.kbit = kbit_of(&n);
 
 	queue_lock(c);
@@ -412,19 +378,6 @@ int lk_cond_wait(pvrt_cond_t *c, void *m, lk_mutex_op unlock, lk_mutex_op lock, 
 	int lr = lock(m);
 	if (!self)
 		lk_cond_relock = LK_RELOCK_NONE;
-	/* A morphed broadcast's successor: woken at our next unlock, or now if we do not hold
-	 * the mutex (no unlock will come). n.next_kbit was written before the SIGNALED store that
-	 * wait_signal acquired. One is pending at most: a thread takes one only from a wait
-	 * whose unlock (of a pvrt mutex) passed the previous on; should one still be there, it
-	 * goes now rather than never. */
-	if (result == 0 && n.next_kbit) {
-		if (lk_pass_c)
-			lk_cond_pass_on();
-		lk_pass_c = c;
-		lk_pass_bit = n.next_kbit;
-		if (lr)
-			lk_cond_pass_on();
-	}
 	return lr ? lr : result;
 }
 
@@ -440,8 +393,7 @@ static int mutex_lock_op(void *m)
 
 int pvrt_cond_wait(pvrt_cond_t *c, pvrt_mutex_t *m)
 {
-	return lk_cond_wait(c, m, mutex_unlock_op, mutex_lock_op, CLOCK_MONOTONIC, NULL, false,
-			    true);
+	return lk_cond_wait(c, m, mutex_unlock_op, mutex_lock_op, CLOCK_MONOTONIC, NULL, false);
 }
 
 int pvrt_cond_timedwait(pvrt_cond_t *c, pvrt_mutex_t *m, const struct timespec *abstime)
@@ -450,7 +402,7 @@ int pvrt_cond_timedwait(pvrt_cond_t *c, pvrt_mutex_t *m, const struct timespec *
 		return -EINVAL;
 	clockid_t clk =
 	    __atomic_load_n(&c->clock, __ATOMIC_RELAXED) ? CLOCK_MONOTONIC : CLOCK_REALTIME;
-	return lk_cond_wait(c, m, mutex_unlock_op, mutex_lock_op, clk, abstime, false, true);
+	return lk_cond_wait(c, m, mutex_unlock_op, mutex_lock_op, clk, abstime, false);
 }
 
 int pvrt_cond_clockwait(pvrt_cond_t *c, pvrt_mutex_t *m, clockid_t clk,
@@ -458,7 +410,7 @@ int pvrt_cond_clockwait(pvrt_cond_t *c, pvrt_mutex_t *m, clockid_t clk,
 {
 	if (!lk_valid_clock(clk) || !abstime)
 		return -EINVAL;
-	return lk_cond_wait(c, m, mutex_unlock_op, mutex_lock_op, clk, abstime, false, true);
+	return lk_cond_wait(c, m, mutex_unlock_op, mutex_lock_op, clk, abstime, false);
 }
 
 /*
@@ -516,41 +468,19 @@ int pvrt_cond_broadcast(pvrt_cond_t *c)
 	if (!__atomic_load_n(&c->head, __ATOMIC_RELAXED))
 		return 0;
 	queue_lock(c);
-	/* Kernel nodes: SIGNALED now; the morph nodes passed on one by one (see the top), the
-	 * others woken with the first of them in one call below. ULT nodes: chained in queue
-	 * order. 'woken' counts the threads the call wakes (a herd when more than one). */
-	struct pvrt_cond_node *first = NULL, **link = &first, *prev_morph = NULL;
+	/* Kernel nodes: SIGNALED now, one wake for all below. ULT nodes: chained in queue order. */
+	struct pvrt_cond_node *first = NULL, **link = &first;
 	bool kernel = false;
-	unsigned woken = 0;
-	uint32_t bits = 0;
-	bool morph_seen = false;
-	for (struct pvrt_cond_node *n = c->head; n && woken < 2; n = n->next) {
-		if (!n->kernel || (n->morph && morph_seen))
-			continue;
-		morph_seen |= n->morph;
-		woken++;
-	}
+	unsigned nk = 0;
+	for (struct pvrt_cond_node *n = c->head; n && nk < 2; n = n->next)
+		nk += n->kernel;
 	for (struct pvrt_cond_node *n = c->head, *next; n; n = next) {
 		next = n->next; /* before the store: then the node may vanish */
 		if (n->kernel) {
 			kernel = true;
 			n->chain = NULL;
-			n->next_kbit = 0;
-			n->herd = woken > 1; /* read by its waiter after the SIGNALED store */
-			if (!n->morph) {
-				bits |= n->kbit;
-				signal_knode_locked(n);
-			} else if (prev_morph) {
-				/* The previous one's link first: after its SIGNALED store it may
-				 * vanish. */
-				n->herd = false;
-				prev_morph->next_kbit = n->kbit;
-				signal_knode_locked(prev_morph);
-				prev_morph = n;
-			} else {
-				bits |= n->kbit;
-				prev_morph = n;
-			}
+			n->herd = nk > 1; /* read by its waiter after the SIGNALED store */
+			signal_knode_locked(n);
 		} else {
 			*link = n;
 			link = &n->chain;
@@ -558,15 +488,13 @@ int pvrt_cond_broadcast(pvrt_cond_t *c)
 		}
 	}
 	*link = NULL;
-	if (prev_morph)
-		signal_knode_locked(prev_morph);
 	if (kernel)
 		kseq_bump(c);
 	set_head(c, NULL);
 	c->tail = NULL;
 	lk_iunlock(&c->lock);
 	if (kernel)
-		kwake(c, bits);
+		kwake(c, FUTEX_BITSET_MATCH_ANY);
 	if (first)
 		signal_node(first);
 	return 0;

@@ -7,7 +7,6 @@
 #ifndef PVRT_LOCKS_LK_H
 #define PVRT_LOCKS_LK_H
 
-#include <pvrt/cond.h>
 #include <pvrt/lockstat.h>
 #include <pvrt/pvhint.h>
 
@@ -117,11 +116,6 @@ bool lk_any_other_preempted(pvhint_t *h);
  * that woke several threads, which now all want the mutex). */
 enum { LK_RELOCK_NONE = 0, LK_RELOCK_ONE = 1, LK_RELOCK_HERD = 2 };
 extern __thread uint8_t lk_cond_relock;
-
-/* A morphed condvar broadcast's next waiter, to wake at this thread's next unlock of a pvrt
- * mutex (cond.c), or NULL. lk_cond_pass_on wakes it and clears this. */
-extern __thread pvrt_cond_t *lk_pass_c __attribute__((tls_model("initial-exec")));
-void lk_cond_pass_on(void);
 
 /* CPUs this process may run on (affinity at first call; cached). More threads than this that
  * wait for each other cannot all run: a spin then takes the CPU a peer needs. */

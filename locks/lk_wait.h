@@ -18,11 +18,10 @@ typedef int (*lk_mutex_op)(void *m); /* 0 or a negative errno */
  * cancellation point. A thread gets glibc's semantics (pthread_cancel; the mutex is locked
  * again before cleanup handlers run); a ULT of M:N mode returns -ECANCELED with the mutex held
  * again once it was cancelled (rt_futex_wait_cancel; the caller acts on it), having passed on a
- * signal it consumed. morph: m is a pvrt mutex, whose unlock passes a broadcast on (cond.c);
- * false for glibc's own mutexes.
+ * signal it consumed.
  */
 int lk_cond_wait(pvrt_cond_t *c, void *m, lk_mutex_op unlock, lk_mutex_op lock, clockid_t clk,
-		 const struct timespec *abs, bool cancellable, bool morph);
+		 const struct timespec *abs, bool cancellable);
 
 /* pvrt_sem_timedwait (abs NULL: pvrt_sem_wait); cancellable: as rt_futex_wait_cancel, -ECANCELED
  * (nothing taken) once the calling ULT is cancelled. */

@@ -95,9 +95,6 @@ static inline int lk_mutex_unlock_plain(pvrt_mutex_t *m)
 	if (lk_self_ult())
 		__atomic_store_n(&m->owner_ult, NULL, __ATOMIC_RELAXED);
 	release(m);
-	/* After the release: the waiter we pass a broadcast on to finds the mutex free. */
-	if (lk_unlikely(lk_pass_c != NULL))
-		lk_cond_pass_on();
 	return 0;
 }
 

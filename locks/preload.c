@@ -245,12 +245,11 @@ static int op_lock(void *m)
 static int cond_wait(pthread_cond_t *c, pthread_mutex_t *m, clockid_t clk,
 		     const struct timespec *abs)
 {
-	bool morph = !mutex_foreign(m);
 	if (lk_likely(!rt_mn_on))
-		return -lk_cond_wait(PC(c), m, op_unlock, op_lock, clk, abs, true, morph);
+		return -lk_cond_wait(PC(c), m, op_unlock, op_lock, clk, abs, true);
 	bool cancellable = rt_mn_cancel_enter();
 	return rt_mn_cancel_leave(
-	    -lk_cond_wait(PC(c), m, op_unlock, op_lock, clk, abs, cancellable, morph));
+	    -lk_cond_wait(PC(c), m, op_unlock, op_lock, clk, abs, cancellable));
 }
 
 EXPORT int pthread_cond_init(pthread_cond_t *c, const pthread_condattr_t *attr)

@@ -10,19 +10,12 @@
  *    unchanged. A signal or broadcast stores SIGNALED and bumps kseq in its
  *    lock section (WAITING -> SIGNALED directly) and wakes kseq after it: a
  *    signal the node's bit (which may wake other kernel waiters whose bit is
- *    the same: a spurious wake-up, one per signal at most). A broadcast is
- *    morphed (the model's mutex is pvrt's): it marks every kernel node
- *    SIGNALED but wakes only the first (nextk links each to the next), and
- *    each woken kernel waiter wakes the next after its next unlock of the
- *    mutex (lk_cond_pass_on), or at once when it withdraws; destroy wakes
- *    every kernel waiter before it waits for their references;
+ *    the same: a spurious wake-up, one per signal at most), a broadcast all;
  *  - a ULT's node parks on its own state (pvrt_futex); a signal marks it
  *    CHAINED and stores SIGNALED after the section; a broadcast chains the
  *    ULT nodes and signals the first, and each woken ULT waiter signals the
  *    next before it relocks the mutex.
- * cond_kernel.pml checks the same with every waiter a kernel node, and
- * cond_morph.pml that without the final destroy (whose wake-up of all would
- * rescue a waiter the morphed broadcast's pass-on left asleep).
+ * cond_kernel.pml checks the same with every waiter a kernel node.
  *
  * Checked (locks/model/check.sh, a ctest):
  *  - no lost wake-up: waiters wait under the mutex for a token that the
@@ -101,12 +94,7 @@
  *    condvar after destroy returned);
  *  - broadcast marks only the first node CHAINED (assertion: a node is
  *    signalled while WAITING; a later chained waiter that timed out would
- *    think itself still queued);
- *  - a kernel waiter does not pass a morphed broadcast on at its unlock, or
- *    not when it withdraws (cond_morph: invalid end state);
- *  - destroy does not wake the kernel waiters first (cond_kernel: invalid
- *    end state, destroy under the mutex waits for a waiter that sleeps until
- *    the first waiter, which wants the mutex, unlocks).
+ *    think itself still queued).
  */
 #define NW	   3
 #ifndef KERNEL_WAITERS
@@ -131,7 +119,6 @@ byte q[NW] = NONE; /* the FIFO of queued nodes, head at q[0]; NONE past ql */
 byte ql = 0;
 byte st[NW];       /* node state, node i belongs to waiter i */
 byte chain[NW];    /* broadcast: the node to signal after this one */
-byte nextk[NW];    /* broadcast: the kernel node this one's waiter wakes at its next unlock */
 bool pk[NW];       /* waiter i is parked: on st[i] (ULT) or on kseq (kernel) */
 byte kseq = 0;     /* the kernel nodes' futex word */
 byte refs = 0;     /* waiters that may touch the condvar, | DESTROYING */
@@ -213,22 +200,13 @@ inline broadcast_section()
 	assert(!destroyed);
 	n = NONE;
 	k = NONE; /* the last ULT node linked */
-	kl = NONE; /* the last kernel node */
 	i = 0;
 	do
 	:: i < ql ->
 		taker[q[i]] = BY_BC;
 		chain[q[i]] = NONE;
-		nextk[q[i]] = NONE;
 		if
-		:: KERN(q[i]) ->
-			/* morphed: only the first is woken; each passes on to the next */
-			st[q[i]] = SIGNALED;
-			if
-			:: kl == NONE -> kw = q[i]
-			:: else -> nextk[kl] = q[i]
-			fi;
-			kl = q[i]
+		:: KERN(q[i]) -> st[q[i]] = SIGNALED; kw = ALL
 		:: else ->
 			st[q[i]] = CHAINED;
 			if
@@ -241,11 +219,10 @@ inline broadcast_section()
 	:: else -> break
 	od;
 	if
-	:: kl != NONE -> kseq++
+	:: kw == ALL -> kseq++
 	:: else -> skip
 	fi;
 	k = 0;
-	kl = 0;
 	do
 	:: ql > 0 -> ql--; q[ql] = NONE
 	:: else -> break
@@ -340,10 +317,6 @@ inline cond_destroy()
 			fi;
 			if
 			:: cas ->
-				/* waiters a morphed broadcast took may sleep until a
-				 * predecessor's unlock (of a mutex we may hold): wake all */
-				kw = ALL;
-				kwake();
 				atomic {
 					if
 					:: refs == (dr | DESTROYING) -> pkr = 1
@@ -382,7 +355,6 @@ inline take_or_queue()
 		assert(!destroyed);
 		st[me] = WAITING;   /* a new node: state and chain zero-initialised */
 		chain[me] = NONE;
-		nextk[me] = NONE;
 		taker[me] = 0;
 		q[ql] = me;
 		ql++;
@@ -490,14 +462,11 @@ withdraw:
 			}
 			!pk[me]
 		od;
-		/* pass the consumed wake-up on: the rest of the chain, the next kernel
-		 * waiter of a morphed broadcast, and one more signal */
+		/* pass the consumed wake-up on: the rest of the chain, and one more signal */
 		if
 		:: chain[me] != NONE -> n = chain[me]; signal_node(n)
 		:: else -> skip
 		fi;
-		kw = nextk[me];
-		kwake();
 		cond_signal();
 		goto left;
 
@@ -510,8 +479,7 @@ woken:
 		fi;
 left:
 		put_ref();
-		/* relock, return, and the caller's loop up to the next queueing; a
-		 * morphed broadcast's next kernel waiter is woken after that unlock */
+		/* relock, return, and the caller's loop up to the next queueing */
 		atomic {
 			lock();
 			if
@@ -523,7 +491,6 @@ left:
 				:: taker[me] == BY_SIG -> assert(sigcredit > 0); sigcredit--
 				:: else -> skip
 				fi;
-				kw = nextk[me];
 				take_or_queue()
 			:: r == TIMEDOUT ->
 				assert(taker[me] == 0);   /* it did not consume a wake-up */
@@ -537,7 +504,6 @@ left:
 			fi;
 			r = 0
 		}
-		kwake()
 	od
 }
 
@@ -549,7 +515,7 @@ left:
  * destroy is allowed. */
 active proctype Signaller()
 {
-	byte round, n, i, k, kl, dr, kw = NONE;
+	byte round, n, i, k, dr, kw = NONE;
 	bool busy, cas;
 
 	round = 0;
@@ -567,10 +533,8 @@ active proctype Signaller()
 		round++
 	:: else -> break
 	od;
-#ifndef NO_DESTROY
 	if
 	:: atomic { lock(); busy = (ql > 0) }; cond_destroy(); unlock()
 	:: atomic { busy = (ql > 0) }; cond_destroy()
 	fi
-#endif
 }

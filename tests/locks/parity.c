@@ -615,61 +615,6 @@ static void test_cond_cancel_signal(void)
 	       y_returned + (r1 == PTHREAD_CANCELED) == 3);
 }
 
-/* Broadcast to three waiters, each of which, woken, waits on a second condvar before it lets
- * the mutex go: the wait's own unlock must let the next waiter of the first broadcast on (pvrt
- * passes a broadcast on from one waiter to the next at the waiter's unlock). */
-static pthread_mutex_t zm = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t zc = PTHREAD_COND_INITIALIZER, zc2 = PTHREAD_COND_INITIALIZER;
-static int z_waiting, z_phase, z_second, z_done;
-
-static void *z_waiter(void *p)
-{
-	(void)p;
-	pthread_mutex_lock(&zm);
-	z_waiting++;
-	while (z_phase == 0)
-		pthread_cond_wait(&zc, &zm);
-	z_second++;
-	while (z_phase == 1)
-		pthread_cond_wait(&zc2, &zm);
-	z_done++;
-	pthread_mutex_unlock(&zm);
-	return NULL;
-}
-
-static void test_cond_nested_after_broadcast(void)
-{
-	pthread_t t[3];
-	for (int i = 0; i < 3; i++)
-		pthread_create(&t[i], NULL, z_waiter, NULL);
-	for (;;) {
-		pthread_mutex_lock(&zm);
-		if (z_waiting == 3)
-			break;
-		pthread_mutex_unlock(&zm);
-		usleep(1000);
-	}
-	z_phase = 1;
-	pthread_cond_broadcast(&zc);
-	pthread_mutex_unlock(&zm);
-	for (int n = 0; n < 10000; n++) { /* all three in the second wait (10 s at most) */
-		pthread_mutex_lock(&zm);
-		int s = z_second;
-		pthread_mutex_unlock(&zm);
-		if (s == 3)
-			break;
-		usleep(1000);
-	}
-	pthread_mutex_lock(&zm);
-	int second = z_second;
-	z_phase = 2;
-	pthread_cond_broadcast(&zc2);
-	pthread_mutex_unlock(&zm);
-	for (int i = 0; i < 3; i++)
-		pthread_join(t[i], NULL);
-	printf("%-44s %d %d\n", "broadcast, woken wait again: reached, ended", second, z_done);
-}
-
 static void test_rwlock(void)
 {
 	pthread_rwlock_t rw = PTHREAD_RWLOCK_INITIALIZER;
@@ -825,7 +770,6 @@ int main(int argc, char **argv)
 	test_cond_destroy_after_broadcast();
 	test_cond_cancel();
 	test_cond_cancel_signal();
-	test_cond_nested_after_broadcast();
 	test_pending_cancel();
 	test_rwlock();
 	test_barrier_spin();

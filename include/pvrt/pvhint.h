@@ -164,7 +164,7 @@ static inline int pvhint_cpu_now(void)
  * (private to libpvhint; read inline). */
 PVRT_API extern __thread int pvhint_tls_slot __attribute__((tls_model("initial-exec")));
 PVRT_API extern int pvhint_slot_mode;
-/* Register the calling thread with the bpf source (once per thread: two bpf(2) calls) and
+/* Register the calling thread with the bpf source (once per thread: one or two bpf(2) calls) and
  * return its slot; 0 (a record that never says anything) when no slot is free.
  * Context: ULT, thread, fork (the child's threads register anew). */
 PVRT_API int pvhint_slot_register(void);

@@ -73,45 +73,6 @@ void pvrt_locks_set_hints(pvhint_t *h)
 	__atomic_store_n(&lk_hints_ptr, h, __ATOMIC_RELEASE);
 }
 
-/* The last steal value seen, per kernel thread (per worker for ULTs, whose vCPU it is). */
-struct lk_steal {
-	uint64_t seen, at;
-	bool primed;
-};
-static __thread struct lk_steal lk_steal_tls __attribute__((tls_model("initial-exec")));
-
-/* A real call with a memory clobber: a ULT may resume on another worker after a park or a
- * yield, and a compiler may keep an inlined thread-local address across those calls. */
-static __attribute__((noinline)) struct lk_steal *steal_self(void)
-{
-	__asm__ volatile("" ::: "memory");
-	return &lk_steal_tls;
-}
-
-bool lk_own_vcpu_shared(pvhint_t *h, struct pvrt_ult *u)
-{
-	if (!(h->valid & PVHINT_VALID_STEAL))
-		return false;
-	unsigned v = lk_self_vcpu1(u) - 1;
-	if (v >= pvhint_nr_vcpus(h))
-		return false;
-	struct lk_steal *t = steal_self();
-	/* Relaxed: a hint compared for change only; a torn or stale value costs one decision. */
-	uint64_t st = __atomic_load_n(&h->rec[v].steal, __ATOMIC_RELAXED);
-	if (!t->primed) {
-		/* The first read is a baseline: steal is cumulative, not a change. */
-		t->primed = true;
-		t->seen = st;
-		return false;
-	}
-	uint64_t now = os_now_ns();
-	if (st != t->seen) {
-		t->seen = st;
-		t->at = now;
-	}
-	return t->at != 0 && now - t->at < LK_STEAL_RECENT_NS;
-}
-
 /* Thread-slot pages: where the next check starts (per kernel thread; see below). */
 static __thread uint32_t lk_scan_at __attribute__((tls_model("initial-exec")));
 

@@ -97,17 +97,9 @@ static inline uint32_t lk_self_vcpu1(struct pvrt_ult *u)
 	return (uint32_t)v + 1;
 }
 
-/* True if any vCPU other than the caller's is preempted (barrier: a missing peer may be there). */
-/*
- * Is our own vCPU sharing its physical CPU? Its steal time grew within the last
- * LK_STEAL_RECENT_NS (thread-slot pages: our thread waited for a CPU). Then a long spin is not
- * free: while we spin, a vCPU (a thread) that waits for our CPU does not run, whereas a parked
- * thread's vCPU halts and hands the CPU over at once. One racy load of the steal field (only a
- * change matters) and a clock read; for contended paths only.
- */
-bool lk_own_vcpu_shared(pvhint_t *h, struct pvrt_ult *u);
-/* Is a vCPU other than ours preempted? Thread-slot pages: one of the next LK_SCAN_RECORDS
- * records (a window that moves with every call). */
+/* Is a vCPU other than the caller's preempted (barrier: a missing peer may be there)?
+ * Thread-slot pages: one of the next LK_SCAN_RECORDS records (a window that moves with every
+ * call). */
 #define LK_SCAN_RECORDS 64u
 bool lk_any_other_preempted(pvhint_t *h);
 

@@ -78,9 +78,11 @@ struct blind_est {
 	uint32_t ns;
 };
 
-/* The mutex's per-thread state: blind estimates. */
+/* The mutex's per-thread state: blind estimates and the last steal seen (below). */
 struct mx_thread {
 	struct blind_est est[EST_SLOTS];
+	uint64_t steal_seen, steal_at;
+	bool steal_primed;
 };
 static __thread struct mx_thread mx_tls __attribute__((tls_model("initial-exec")));
 
@@ -103,6 +105,39 @@ static struct blind_est *blind_slot(struct mx_thread *t, const pvrt_mutex_t *m)
 		e->ns = LK_SPIN_BLIND_NS / 2;
 	}
 	return e;
+}
+
+/*
+ * Is our own vCPU sharing its physical CPU? Its steal time grew within the last
+ * LK_STEAL_RECENT_NS. Then a long spin is not free: while we spin, a vCPU that
+ * waits for our physical CPU does not run, whereas a parked thread's vCPU halts
+ * and gives the CPU away at once. Such a spinner uses the adaptive budget of
+ * the blind case (it still stops at once when the owner's vCPU is preempted).
+ * One racy load of the steal field (only a change matters, so no consistent
+ * read is needed) and a clock read, on the contended path only. The last seen
+ * value is per kernel thread, i.e. per worker for ULTs, whose vCPU it is.
+ */
+static bool own_vcpu_shared(struct mx_thread *t, pvhint_t *h, struct pvrt_ult *u)
+{
+	if (!(h->valid & PVHINT_VALID_STEAL))
+		return false;
+	unsigned v = lk_self_vcpu1(u) - 1;
+	if (v >= pvhint_nr_vcpus(h))
+		return false;
+	/* Relaxed: a hint compared for change only; a torn or stale value costs one decision. */
+	uint64_t st = __atomic_load_n(&h->rec[v].steal, __ATOMIC_RELAXED);
+	if (!t->steal_primed) {
+		/* The first read is a baseline: steal is cumulative, not a change. */
+		t->steal_primed = true;
+		t->steal_seen = st;
+		return false;
+	}
+	uint64_t now = os_now_ns();
+	if (st != t->steal_seen) {
+		t->steal_seen = st;
+		t->steal_at = now;
+	}
+	return t->steal_at != 0 && now - t->steal_at < LK_STEAL_RECENT_NS;
 }
 
 struct spin_ctx {
@@ -193,7 +228,7 @@ __attribute__((constructor)) static void spinners_init(void)
 static bool spin_queued(pvrt_mutex_t *m, uint32_t extra, struct pvrt_ult *self, pvhint_t *h)
 {
 	struct mx_thread *t = mx_self();
-	bool blind = !(h->valid & PVHINT_VALID_PREEMPTED) || lk_own_vcpu_shared(h, self);
+	bool blind = !(h->valid & PVHINT_VALID_PREEMPTED) || own_vcpu_shared(t, h, self);
 	struct blind_est *est = blind ? blind_slot(t, m) : NULL;
 	uint64_t budget = LK_SPIN_NS;
 	if (blind) {

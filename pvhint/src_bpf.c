@@ -13,8 +13,8 @@
  * slot (BPF_NOEXIST update of slot_owner: atomic even between processes sharing the maps) and
  * maps its tid to it: a compare and swap in the direct-mapped table tid_dm (mapped writable
  * here, see PVHINT_BPF_DM), or when its entry is taken, the tid_slot hash: one or two bpf(2)
- * calls, once per thread. Lock paths after that read
- * the slot from TLS. The program frees the slot when the thread exits.
+ * calls, once per thread. Lock paths after that read the slot from TLS. The program frees the
+ * slot when the thread exits.
  *
  * Unprivileged processes: pvhintd (tools/pvhintd) loads the program once, as root or with
  * CAP_BPF + CAP_PERFMON, and serves it on a Unix socket (pvhint_bpf_serve). A process that

@@ -475,6 +475,14 @@ int BPF_PROG(pvhint_exit, struct task_struct *p)
 	ps = priv_of(r);
 	if (!ps || !r || !e)
 		return 0;
+	/* It runs (it is exiting) but its record says not: a switch-in the program did not see,
+	 * which no later switch-out of this thread will count (see switch_out). */
+	if (r->owner == tid && !ps->running) {
+		__u32 cpu = bpf_get_smp_processor_id();
+		struct pvhint_bpf_cpu *c = bpf_map_lookup_elem(&cpus, &cpu);
+		if (c)
+			__sync_fetch_and_add(&c->missed, 1);
+	}
 	waiting_bit(ps->cpu1, s, 0);
 	ps->cpu1 = 0;
 	ps->wait_start = 0;

@@ -94,7 +94,8 @@ unsigned pvhint_thread_tls_words(struct pvhint_tls_word *out, unsigned max)
 {
 	struct pvhint_tls_word w[] = {{&emu_self, sizeof(emu_self)},
 				      {&emu_in_lock, sizeof(emu_in_lock)},
-				      {&pvhint_tls_vcpu, sizeof(pvhint_tls_vcpu)}};
+				      {&pvhint_tls_vcpu, sizeof(pvhint_tls_vcpu)},
+				      {&pvhint_tls_slot, sizeof(pvhint_tls_slot)}};
 	unsigned n = sizeof(w) / sizeof(w[0]);
 	for (unsigned i = 0; i < n && i < max; i++)
 		out[i] = w[i];

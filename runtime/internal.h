@@ -229,6 +229,7 @@ struct pvrt_m {
 	void *tp; /* its own thread pointer (M:N mode: the home context runs on it) */
 	pid_t tid;
 	int statfd;	/* /proc/thread-self/stat, read by sysmon; -1 */
+	int slot;	/* its thread slot (bpf hints): the record of a worker it runs */
 	int emu;	/* attached to the emulator (to its worker's vCPU, or parked) */
 	int emu_parked; /* parked there: it holds no worker (pvrt_m_emu_idle) */
 	int main;	/* the thread that called pvrt_init: only ever takes worker 0 back */

@@ -548,10 +548,26 @@ EXPORT int pthread_setschedprio(pthread_t t, int prio)
 
 /* ---------------------------------------------------------------- signal masks */
 
-/* A ULT's mask is its own: loaded on its worker whenever it runs there (ult.c). */
+/*
+ * A ULT's mask is its own: loaded on its worker whenever it runs there (ult.c). The preemption
+ * signal is the runtime's, as glibc's SIGCANCEL is glibc's: a program that blocks every signal
+ * (a thread that leaves signals to a sigwait thread) must still be preemptible, so it is taken
+ * out of what the program blocks or sets.
+ */
+static const sigset_t *without_preempt(int how, const sigset_t *set, sigset_t *tmp)
+{
+	int sig = pvrt_rt.preempt_sig;
+	if (!set || how == SIG_UNBLOCK || !sig || !sigismember(set, sig))
+		return set;
+	*tmp = *set;
+	sigdelset(tmp, sig);
+	return tmp;
+}
+
 EXPORT int pthread_sigmask(int how, const sigset_t *set, sigset_t *old)
 {
-	int r = REAL(pthread_sigmask, how, set, old);
+	sigset_t tmp;
+	int r = REAL(pthread_sigmask, how, without_preempt(how, set, &tmp), old);
 	if (!r && set && self_ult())
 		pvrt_ult_sigmask_changed(pvrt_kernel_sigmask());
 	return r;
@@ -559,7 +575,8 @@ EXPORT int pthread_sigmask(int how, const sigset_t *set, sigset_t *old)
 
 EXPORT int sigprocmask(int how, const sigset_t *set, sigset_t *old)
 {
-	int r = REAL(sigprocmask, how, set, old);
+	sigset_t tmp;
+	int r = REAL(sigprocmask, how, without_preempt(how, set, &tmp), old);
 	if (!r && set && self_ult())
 		pvrt_ult_sigmask_changed(pvrt_kernel_sigmask());
 	return r;
@@ -577,7 +594,9 @@ EXPORT int sched_yield(void)
 
 EXPORT int sched_getcpu(void)
 {
-	if (!self_ult())
+	/* With thread slots (bpf hints) a worker's record number is no CPU number; its thread is
+	 * pinned to the worker's CPU. */
+	if (!self_ult() || pvrt_rt.slots)
 		return REAL(sched_getcpu);
 	return rt_worker_vcpu();
 }

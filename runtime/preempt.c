@@ -31,15 +31,19 @@
  *    it held them, and sysmon, which takes one to start a spare thread, would wait for the
  *    preempted ULT; dlopen runs constructors, which may spin, under dl_load_lock); ld.so must
  *    unlock on the tid that locked;
- *  - the interrupted signal mask is the runtime's base mask: a different one means the ULT is
- *    inside a signal handler of the application (its signal is blocked there) or masked signals
- *    itself, and either state belongs to the kernel thread.
+ *  - the interrupted signal mask is the one the ULT runs with: the runtime's base mask or, with
+ *    per-ULT masks (M:N mode, where a ULT's mask is loaded at each switch), the ULT's recorded
+ *    own. A different one means the ULT is inside a signal handler of the application (its
+ *    signal is blocked there) or set its mask behind the runtime's back, and either state
+ *    belongs to the kernel thread.
  * Where TLS is per kernel thread, all but the first are checked before the handler enters the
  * runtime: entering also moves a ULT whose thread lost its worker (sysmon.c) to another thread,
  * which changes the kernel thread under the ULT just as a preemption followed by a steal would.
  * The handler is SA_NODEFER with an empty sa_mask, so it runs with the interrupted mask, which
- * is the base mask when it switches: the next context gets the mask it expects without a system
- * call, and the preempted one gets its own back from rt_sigreturn. SA_RESTART: an interrupted
+ * is the mask the runtime believes loaded when it switches: the next context gets the mask it
+ * expects (loaded by the switch if it differs), and the preempted one gets its own back from
+ * rt_sigreturn. The signal itself is never in a mask where ULTs run (pvrt_preempt_init; M:N
+ * mode takes it out of what the program blocks). SA_RESTART: an interrupted
  * restartable call (the ULT was only about to block) restarts. errno is saved and restored
  * around the switch, so it follows the ULT even when TLS is per kernel thread. rt_sigreturn also
  * restores the alternate signal stack saved in the frame: after a migration the handler replaces
@@ -135,10 +139,20 @@ static bool pc_ok(uintptr_t pc)
 	       in_ranges(&exe_text, pc);
 }
 
-/* The kernel's part of the mask (64 signals) is all the frame holds. */
-static bool mask_ok(const ucontext_t *uc)
+/*
+ * The interrupted mask is the one the ULT runs with: the base mask, or with per-ULT masks (M:N
+ * mode) the ULT's own as the runtime recorded it. Anything else is a signal handler of the
+ * program (the kernel added its signal) or a mask set behind the runtime's back (a raw system
+ * call), both the kernel thread's. The kernel's part of the mask (64 signals) is all the frame
+ * holds.
+ */
+static bool mask_ok(const ucontext_t *uc, const struct pvrt_worker *w)
 {
-	return !memcmp(&uc->uc_sigmask, &base_mask, sizeof(unsigned long));
+	uint64_t m;
+	memcpy(&m, &uc->uc_sigmask, sizeof(m));
+	if (pvrt_rt.ult_tls)
+		return w && w->cur && m == w->cur->sigmask;
+	return !memcmp(&m, &base_mask, sizeof(m));
 }
 
 static void chain(int sig, siginfo_t *si, void *uc)
@@ -183,7 +197,7 @@ static void preempt_handler(int sig, siginfo_t *si, void *ucv)
 		 * (M:N mode, where ULTs own their TLS and nothing of theirs is tied to the thread,
 		 * moves it at once, as it always did.) */
 		bool anywhere = __atomic_load_n(&pvrt_rt.preempt_anywhere, __ATOMIC_RELAXED);
-		bool safe = pc_ok(uc_pc(uc)) && mask_ok(uc);
+		bool safe = pc_ok(uc_pc(uc)) && (anywhere || mask_ok(uc, rt_tls_worker));
 		if (!anywhere && !safe) {
 			__atomic_fetch_sub(&inflight, 1, __ATOMIC_RELEASE);
 			errno = saved_errno;
@@ -193,6 +207,8 @@ static void preempt_handler(int sig, siginfo_t *si, void *ucv)
 		 */
 		int depth = pvrt_rt_enter();
 		struct pvrt_worker *w = rt_tls_worker;
+		if (anywhere)
+			safe = safe && mask_ok(uc, w);
 		if (w && depth == 0 && w->cur && safe &&
 		    __atomic_load_n(&w->preempt_seq, __ATOMIC_RELAXED) ==
 			__atomic_load_n(&w->st_switches, __ATOMIC_RELAXED) + 1) {
@@ -238,11 +254,31 @@ const sigset_t *pvrt_preempt_base_mask(void)
 	return &base_mask;
 }
 
+/*
+ * The signal must not be blocked where ULTs run. A mask is inherited through execve, and the
+ * exec wrappers block the signal across the call (a queued one would otherwise stay pending
+ * into the new image, whose default action kills it): a pvrt program started from a ULT (even
+ * through `env`) begins with it blocked, and every ULT would inherit that mask and never be
+ * preempted. So it leaves the base mask and the calling thread's mask (and so the primary
+ * ULT's, recorded from it) here.
+ */
+static void unblock_own(void)
+{
+	sigset_t s;
+	sigemptyset(&s);
+	sigaddset(&s, installed);
+	pthread_sigmask(SIG_UNBLOCK, &s, NULL);
+	sigdelset(&base_mask, installed);
+	pvrt_ult_sigmask_changed(pvrt_kernel_sigmask());
+}
+
 int pvrt_preempt_init(void)
 {
 	pthread_sigmask(SIG_SETMASK, NULL, &base_mask);
-	if (installed) /* still, or after a fork whose child forgot the runtime */
+	if (installed) { /* still, or after a fork whose child forgot the runtime */
 		pvrt_rt.preempt_sig = installed;
+		unblock_own();
+	}
 	if (!pvrt_rt.slice || installed)
 		return 0;
 	rt_text.n = exe_text.n = 0;
@@ -263,6 +299,7 @@ int pvrt_preempt_init(void)
 			continue;
 		installed = s;
 		pvrt_rt.preempt_sig = s;
+		unblock_own();
 		return 0;
 	}
 	return pvrt_fail(-EBUSY, "pvrt_init: no free real-time signal for preemption "

@@ -308,7 +308,7 @@ int pvrt_init(const struct pvrt_config *c)
 		w0->owner->emu = pvhint_emu_attach(h, w0->vcpu) == 0;
 	}
 	if (pvrt_rt.slots)
-		__atomic_store_n(&w0->vcpu, (unsigned)pvhint_self_vcpu(), __ATOMIC_RELAXED);
+		__atomic_store_n(&w0->vcpu, (unsigned)w0->owner->slot, __ATOMIC_RELAXED);
 	rt_tls_worker = w0;
 	pvrt_sysmon_prepare();
 	r = pvrt_preempt_init();

@@ -100,6 +100,9 @@ int pvrt_m_register(struct pvrt_m *m, bool is_main)
 			 __ATOMIC_RELEASE);
 	__atomic_store_n(&m->tid, (pid_t)syscall(SYS_gettid), __ATOMIC_RELEASE);
 	m->tp = pvrt_tp_get(); /* the thread's own (M:N mode switches ULTs' in and out) */
+	/* Registered here, where the thread is set up, not when it takes a worker: a hand-off
+	 * must not wait for a system call (nor for the claim's allocation). */
+	m->slot = pvrt_rt.slots ? pvhint_self_vcpu() : 0;
 	pvrt_tls_m = m;
 	return 0;
 }
@@ -151,6 +154,10 @@ static void take(struct pvrt_m *m, struct pvrt_worker *w)
 	CPU_SET(w->cpu, &one);
 	pthread_setaffinity_np(pthread_self(), sizeof(one), &one);
 	m_emu_take(m, w->vcpu);
+	/* With thread slots the worker's record is its thread's: hints about the worker (the
+	 * policy's, its ULTs' lock owner records, sysmon's) are now about this thread. */
+	if (pvrt_rt.slots)
+		__atomic_store_n(&w->vcpu, (unsigned)m->slot, __ATOMIC_RELAXED);
 	w->sched.san = m->home.san;
 	w->sched.san.asan_fake = NULL;
 	/* The worker's thread pointer, tid and signal mask are now this thread's. */

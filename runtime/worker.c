@@ -157,8 +157,8 @@ void *pvrt_worker_main(void *arg)
 	if (pvrt_rt.emu) {
 		m->emu = pvhint_emu_attach(pvrt_rt.hint, w->vcpu) == 0; /* -ECHILD: inert */
 	}
-	if (pvrt_rt.slots) /* its record is its own thread's slot (registered here) */
-		__atomic_store_n(&w->vcpu, (unsigned)pvhint_self_vcpu(), __ATOMIC_RELAXED);
+	if (pvrt_rt.slots) /* its record is its own thread's slot (pvrt_m_register) */
+		__atomic_store_n(&w->vcpu, (unsigned)m->slot, __ATOMIC_RELAXED);
 	pvrt_san_thread_context(&w->sched.san);
 	m->home.san = w->sched.san;
 	__atomic_store_n(&w->cur, NULL, __ATOMIC_RELAXED); /* sysmon samples it */

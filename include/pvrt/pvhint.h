@@ -119,12 +119,11 @@ PVRT_API extern __thread int pvhint_tls_vcpu __attribute__((tls_model("initial-e
 
 /*
  * The calling kernel thread's thread-local words that identify it to the hint source (the
- * emulator's attachment, pvhint_tls_vcpu). A runtime that gives user-level threads TLS blocks of
- * their own copies these words from a kernel thread's block into a ULT's block before it runs the
- * ULT on that thread (a word's offset from the thread pointer is the same in every block), so a
- * stop signal or a hint read in the ULT sees the kernel thread's attachment. Fills up to max
- * entries and returns how many there are.
- * Context: any.
+ * emulator's attachment, pvhint_tls_vcpu, the bpf source's thread slot). A runtime that gives
+ * user-level threads TLS blocks of their own copies these words from a kernel thread's block into a
+ * ULT's block before it runs the ULT on that thread (a word's offset from the thread pointer is the
+ * same in every block), so a stop signal or a hint read in the ULT sees the kernel thread's
+ * attachment. Fills up to max entries and returns how many there are. Context: any.
  */
 struct pvhint_tls_word {
 	void *addr; /* in the calling thread's TLS */

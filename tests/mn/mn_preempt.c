@@ -7,13 +7,20 @@
  *   main   another thread blocks in a read while main keeps running: main continues on the
  *          kernel thread worker 0 was handed to, with its own __thread values, errno and
  *          pthread_self (the main thread's TLS goes with it, not with the kernel thread)
+ *   spin_masked  spin, with every signal blocked by the program (a thread that leaves its
+ *          signals to a sigwait thread): the runtime's preemption signal is not the program's
+ *          to block, and the mask the program set survives the switches
+ *   exec_spin  spin in a new image exec'd from a ULT (as `env prog` does): the exec wrapper
+ *          blocks the preemption signal across execve and the mask is inherited
  * All hang without those (ctest label mn-preempt; see CMakeLists.txt).
  */
 #include "mn_check.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <pthread.h>
 #include <string.h>
+#include <unistd.h>
 
 static volatile int flag;
 
@@ -46,6 +53,24 @@ static void *reader(void *a)
 int main(int argc, char **argv)
 {
 	pthread_t t;
+	if (argc == 2 && !strcmp(argv[1], "exec_spin")) {
+		execl("/proc/self/exe", argv[0], "spin", (char *)NULL);
+		perror("mn_preempt: execl");
+		return 1;
+	}
+	if (argc == 2 && !strcmp(argv[1], "spin_masked")) {
+		sigset_t all, cur;
+		sigfillset(&all);
+		CHECK_EQ(pthread_sigmask(SIG_BLOCK, &all, NULL), 0);
+		CHECK_EQ(pthread_create(&t, NULL, setter, NULL), 0); /* inherits the mask */
+		while (!flag)
+			;
+		CHECK_EQ(pthread_sigmask(SIG_SETMASK, NULL, &cur), 0);
+		CHECK(sigismember(&cur, SIGUSR1) && sigismember(&cur, SIGTERM));
+		CHECK_EQ(pthread_join(t, NULL), 0);
+		printf("mn_preempt: spin_masked ok\n");
+		return 0;
+	}
 	if (argc == 2 && !strcmp(argv[1], "spin")) {
 		CHECK_EQ(pthread_create(&t, NULL, setter, NULL), 0);
 		while (!flag)
@@ -93,6 +118,6 @@ int main(int argc, char **argv)
 		printf("mn_preempt: main ok\n");
 		return 0;
 	}
-	fprintf(stderr, "usage: mn_preempt spin|pipe|main\n");
+	fprintf(stderr, "usage: mn_preempt spin|spin_masked|exec_spin|pipe|main\n");
 	return 2;
 }

@@ -28,6 +28,7 @@
 #define _GNU_SOURCE
 #include "internal.h"
 #include "bpf/pvhint_bpf.h"
+#include "pvrt_os.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -75,16 +76,19 @@ static struct {
 	size_t len;
 	int vpage_fd; /* vCPU mode's page, -1 when the kernel has no per-CPU steal_time */
 	size_t vlen;
-	char vwhy[120];	     /* why there is no vCPU mode */
-	unsigned nopen;	     /* open bpf handles: pvhint_slot_mode while > 0 */
-	uint32_t cursor;     /* next slot to try */
-	char log[160];	     /* libbpf's first warning during the load */
-	char vlog[160];	     /* the verifier's complaint */
-	bool ready;	     /* the page fds are set: loaded here, or received from pvhintd */
-	int dfd;	     /* connection to pvhintd (-1: the program is this process's) */
-	pid_t dpid;	     /* the process that made dfd (a fork child reconnects) */
-	pthread_mutex_t dmu; /* one request on dfd at a time */
-} inst = {.mu = PTHREAD_MUTEX_INITIALIZER, .dfd = -1, .dmu = PTHREAD_MUTEX_INITIALIZER};
+	char vwhy[120];	 /* why there is no vCPU mode */
+	unsigned nopen;	 /* open bpf handles: pvhint_slot_mode while > 0 */
+	uint32_t cursor; /* next slot to try */
+	char log[160];	 /* libbpf's first warning during the load */
+	char vlog[160];	 /* the verifier's complaint */
+	bool ready;	 /* the page fds are set: loaded here, or received from pvhintd */
+	int dfd;	 /* connection to pvhintd (-1: the program is this process's) */
+	pid_t dpid;	 /* the process that made dfd (a fork child reconnects) */
+	/* One request on dfd at a time. An os_lock, not a pthread mutex: under the preload a
+	 * contended pthread mutex parks through pvrt's locks, whose park registers the waiting
+	 * thread (pvhint_self_vcpu), i.e. claims a slot through here again. */
+	uint32_t dmu;
+} inst = {.mu = PTHREAD_MUTEX_INITIALIZER, .dfd = -1};
 
 /* libbpf prints to stderr by default; a library must not. Keep, for the error message, the first
  * warning and the verifier's complaint (the log line before its statistics) instead. Called with
@@ -424,7 +428,7 @@ static int daemon_attach(char *why, size_t n)
 /* A slot for tid through pvhintd. */
 static int daemon_claim(uint32_t tid)
 {
-	pthread_mutex_lock(&inst.dmu);
+	os_lock(&inst.dmu, 0);
 	if (inst.dpid != getpid()) { /* a fork child: the parent's connection is the parent's */
 		close(inst.dfd);
 		inst.dfd = daemon_connect();
@@ -438,7 +442,7 @@ static int daemon_claim(uint32_t tid)
 		if (!r)
 			r = rep.status;
 	}
-	pthread_mutex_unlock(&inst.dmu);
+	os_unlock(&inst.dmu);
 	return r;
 }
 
@@ -670,8 +674,11 @@ int pvhint_bpf_serve(int listen_fd, volatile int *stop)
 	static struct pollfd pf[SERVE_MAX + 1];
 	nfds_t n = 1;
 	pf[0] = (struct pollfd){.fd = listen_fd, .events = POLLIN};
-	/* Relaxed: a flag set by a signal handler or another thread, polled. */
-	while (!(stop && __atomic_load_n(stop, __ATOMIC_RELAXED))) {
+	for (;;) {
+		/* Relaxed: a flag set by a signal handler or another thread, polled. */
+		int s = stop ? __atomic_load_n(stop, __ATOMIC_RELAXED) : 0;
+		if (s == PVHINT_SERVE_STOP || (s == PVHINT_SERVE_STOP_IDLE && n == 1))
+			break;
 		if (poll(pf, n, 200) < 0) {
 			if (errno == EINTR)
 				continue;

@@ -228,10 +228,14 @@ PVRT_API int pvhint_bpf_stats(pvhint_t *h, struct pvhint_bpf_stats *out);
 /*
  * Load the bpf program (privileged) and serve it to other processes on listen_fd, a listening
  * AF_UNIX SOCK_SEQPACKET socket whose permissions say who may connect: each gets the page maps
- * (read-only) and slots for its own threads. Returns 0 once *stop is non-zero (checked at least
- * every 200 ms; stop may be NULL), or a negative errno (the load failed). tools/pvhintd.
+ * (read-only) and slots for its own threads. Returns 0 once *stop is PVHINT_SERVE_STOP, or is
+ * PVHINT_SERVE_STOP_IDLE and no client is connected (a client stays connected while it lives);
+ * checked at least every 200 ms; stop may be NULL. A negative errno: the load failed.
+ * tools/pvhintd, and pvrt-run (one instance for the process tree it starts).
  * Context: thread (it blocks).
  */
+#define PVHINT_SERVE_STOP      1
+#define PVHINT_SERVE_STOP_IDLE 2
 PVRT_API int pvhint_bpf_serve(int listen_fd, volatile int *stop);
 
 /* ---- overcommit emulator (source emu) ----

@@ -14,7 +14,8 @@
  * --locks=glibc keeps glibc's locks (everything else unchanged, e.g. thread placement under
  * --emu): the baseline for comparisons under the emulator. --mn runs every pthread of PROGRAM as
  * a ULT of pvrt's runtime (PVRT_MN=1, runtime/MN.md); --workers=N sets the runtime's worker
- * count (PVRT_WORKERS).
+ * count (PVRT_WORKERS). With the bpf source (auto or bpf) and no pvhintd, pvrt-run loads the
+ * bpf program once for PROGRAM's whole process tree (start_bpf_server; pvhint/README.md).
  *
  * Exit status: PROGRAM's (128 + signal if it was killed); 2 for a usage error;
  * 127 if PROGRAM cannot be run.
@@ -26,11 +27,16 @@
 #include <fcntl.h>
 #include <libgen.h>
 #include <limits.h>
+#include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -153,6 +159,144 @@ static void print_stats(const char *path)
 				s[i].v[0], s[i].v[1], s[i].v[2], s[i].v[3], s[i].v[4]);
 }
 
+/* ---------------------------------------------------------------- one bpf instance per run */
+
+static volatile int srv_stop;
+
+static void *watch_program(void *arg)
+{
+	struct pollfd p = {.fd = (int)(intptr_t)arg, .events = POLLIN};
+	while (poll(&p, 1, -1) < 0 && errno == EINTR)
+		;
+	/* PROGRAM has exited: serve on while any of its processes is attached. */
+	__atomic_store_n(&srv_stop, PVHINT_SERVE_STOP_IDLE, __ATOMIC_RELAXED);
+	return NULL;
+}
+
+/* The server: PROGRAM's process tree attaches here. Never returns. */
+static void serve(int lfd, int ready, int pidfd, const char *path, const char *dir)
+{
+	/* Out of PROGRAM's way: its own session (no terminal signals), no descriptor of
+	 * PROGRAM's (a pipe held open here would keep PROGRAM's reader waiting for EOF). */
+	setsid();
+	for (int fd = 0; fd < 1024; fd++)
+		if (fd != lfd && fd != ready && fd != pidfd)
+			close(fd);
+	int nul = open("/dev/null", O_RDWR);
+	if (nul >= 0) {
+		dup2(nul, 0);
+		dup2(nul, 1);
+		dup2(nul, 2);
+		if (nul > 2)
+			close(nul);
+	}
+	/* Load here (one handle keeps the instance), then say whether it worked. */
+	struct pvhint_options o = {.source = "bpf"};
+	pvhint_t *h = NULL;
+	pthread_t t;
+	char ok = pvhint_open(&o, &h) == 0 &&
+		  !pthread_create(&t, NULL, watch_program, (void *)(intptr_t)pidfd);
+	if (write(ready, &ok, 1) != 1 || !ok) {
+		unlink(path);
+		rmdir(dir);
+		_exit(0);
+	}
+	close(ready);
+	pvhint_bpf_serve(lfd, &srv_stop);
+	unlink(path);
+	rmdir(dir);
+	_exit(0);
+}
+
+/*
+ * One bpf instance for PROGRAM's whole process tree. Without pvhintd, every process that opens
+ * the bpf source loads an instance of its own: about 20 ms of CPU each (the kernel's BTF parse
+ * and verification, pvhint/README.md), and one more program at every context switch while it
+ * lives; a shell script or any fork/exec-heavy program pays that per command. So when it may
+ * load, pvrt-run starts a server on a socket in a private directory (0700) and PROGRAM's
+ * processes attach there (PVHINT_BPF_SOCKET), as to pvhintd. The server is a grandchild in its
+ * own session: no child of PROGRAM (a shell's `wait` would wait for it), holding none of its
+ * descriptors. It serves until PROGRAM has exited and no process is attached any more (a
+ * process stays attached while it lives). Not started when the source cannot be bpf, when
+ * pvhintd or PVHINT_BPF_SOCKET already name an instance, for auto when a kvm page exists
+ * (auto takes it first), or when the load fails (each process then tries itself, as before).
+ */
+static void start_bpf_server(const char *hints)
+{
+	if (!hints)
+		hints = getenv("PVRT_HINTS");
+	if (hints && *hints && strcmp(hints, "auto") && strcmp(hints, "bpf"))
+		return;
+	const char *env = getenv("PVHINT_BPF_SOCKET");
+	if (env && *env)
+		return;
+	struct sockaddr_un a = {.sun_family = AF_UNIX};
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return;
+	strcpy(a.sun_path, PVHINT_BPF_SOCKET_PATH);
+	int up = connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0;
+	close(fd);
+	if (up)
+		return; /* pvhintd serves */
+	if (!hints || !*hints || !strcmp(hints, "auto")) {
+		struct pvhint_options o = {.source = "kvm"};
+		pvhint_t *h = NULL;
+		if (pvhint_open(&o, &h) == 0) {
+			pvhint_close(h);
+			return;
+		}
+	}
+	const char *tmp = getenv("TMPDIR");
+	char dir[sizeof(a.sun_path) - 8];
+	if (!tmp || *tmp != '/' ||
+	    snprintf(dir, sizeof(dir), "%s/pvrt-run.XXXXXX", tmp) >= (int)sizeof(dir))
+		snprintf(dir, sizeof(dir), "/tmp/pvrt-run.XXXXXX");
+	if (!mkdtemp(dir))
+		return;
+	char path[sizeof(a.sun_path)];
+	snprintf(path, sizeof(path), "%s/bpf", dir);
+	strcpy(a.sun_path, path);
+	int lfd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	int pidfd = (int)syscall(SYS_pidfd_open, getpid(), 0);
+	int rp[2] = {-1, -1};
+	if (lfd < 0 || pidfd < 0 || bind(lfd, (struct sockaddr *)&a, sizeof(a)) ||
+	    listen(lfd, 64) || pipe2(rp, O_CLOEXEC))
+		goto out;
+	pid_t c = fork();
+	if (c == 0) {
+		if (fork() == 0)
+			serve(lfd, rp[1], pidfd, path, dir);
+		_exit(0);
+	}
+	if (c > 0) {
+		while (waitpid(c, NULL, 0) < 0 && errno == EINTR)
+			;
+		close(rp[1]);
+		rp[1] = -1;
+		char ok = 0;
+		while (read(rp[0], &ok, 1) < 0 && errno == EINTR)
+			;
+		if (ok) {
+			setenv("PVHINT_BPF_SOCKET", path, 1);
+			close(lfd);
+			close(pidfd);
+			close(rp[0]);
+			return; /* the server removes the socket and the directory */
+		}
+	}
+out:
+	for (int i = 0; i < 2; i++)
+		if (rp[i] >= 0)
+			close(rp[i]);
+	if (lfd >= 0)
+		close(lfd);
+	if (pidfd >= 0)
+		close(pidfd);
+	unlink(path);
+	rmdir(dir);
+}
+
 int main(int argc, char **argv)
 {
 	const char *hints = NULL, *emu = NULL, *locks = NULL, *workers = NULL;
@@ -225,6 +369,8 @@ int main(int argc, char **argv)
 		}
 		pvhint_close(h);
 	}
+
+	start_bpf_server(hints);
 
 	char preload[PATH_MAX];
 	if (find_preload(preload, sizeof(preload))) {

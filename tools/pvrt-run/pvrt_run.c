@@ -173,23 +173,39 @@ static void *watch_program(void *arg)
 	return NULL;
 }
 
+static int cmp_int(const void *a, const void *b)
+{
+	return *(const int *)a - *(const int *)b;
+}
+
+/* Close every descriptor but these three (close_range: Linux 5.9; else one by one). */
+static void close_all_but(int a, int b, int c)
+{
+	int keep[4] = {a, b, c, INT_MAX};
+	qsort(keep, 3, sizeof(int), cmp_int);
+	unsigned lo = 0;
+	for (int i = 0; i < 4; i++) {
+		unsigned hi = keep[i] == INT_MAX ? ~0u : (unsigned)keep[i] - 1;
+		if ((unsigned)keep[i] > lo && syscall(SYS_close_range, lo, hi, 0))
+			for (unsigned fd = lo; fd <= hi && fd < 65536; fd++)
+				close((int)fd);
+		lo = (unsigned)keep[i] + 1;
+	}
+}
+
 /* The server: PROGRAM's process tree attaches here. Never returns. */
 static void serve(int lfd, int ready, int pidfd, const char *path, const char *dir)
 {
 	/* Out of PROGRAM's way: its own session (no terminal signals), no descriptor of
 	 * PROGRAM's (a pipe held open here would keep PROGRAM's reader waiting for EOF). */
 	setsid();
-	for (int fd = 0; fd < 1024; fd++)
-		if (fd != lfd && fd != ready && fd != pidfd)
-			close(fd);
-	int nul = open("/dev/null", O_RDWR);
-	if (nul >= 0) {
-		dup2(nul, 0);
-		dup2(nul, 1);
-		dup2(nul, 2);
-		if (nul > 2)
-			close(nul);
-	}
+	close_all_but(lfd, ready, pidfd);
+	int nul = open("/dev/null", O_RDWR); /* 0, 1 and 2, where not one of ours */
+	for (int fd = 0; fd < 3 && nul >= 0; fd++)
+		if (fd != nul && fd != lfd && fd != ready && fd != pidfd)
+			dup2(nul, fd);
+	if (nul > 2)
+		close(nul);
 	/* Load here (one handle keeps the instance), then say whether it worked. */
 	struct pvhint_options o = {.source = "bpf"};
 	pvhint_t *h = NULL;

@@ -3,14 +3,20 @@
  * pvrt_mutex: spin while the owner runs, park when it does not, hand off to a
  * starving waiter. The protocol (modelled in locks/model/mutex.pml):
  *
- * word = LOCKED | WAITERS | HANDOFF bits.
+ * word = LOCKED | WAITERS | KWAITERS | HANDOFF bits.
  *   lock:    CAS 0 -> LOCKED; else spin (bounded, only while the owner's vCPU
  *            runs; waiters queue in 'spinq' and only its head spins on the
- *            word); else set WAITERS and park on 'word'. A thread
- *            that has parked once acquires with WAITERS set, because it cannot
- *            know whether others still sleep (Drepper's "mutex 3").
- *   unlock:  CAS LOCKED -> 0; else clear LOCKED (and WAITERS) and wake one,
- *            preferring a waiter whose vCPU will run soon (rt_futex_wake_hinted).
+ *            word); else set its kind's waiter bit and sleep on 'word': a ULT
+ *            sets WAITERS and parks through rt_futex (it switches away), a
+ *            thread sets KWAITERS and sleeps in the kernel futex on the word
+ *            itself, as glibc's waiters do (see kpark). A waiter that has
+ *            slept once acquires with its bit set, because it cannot know
+ *            whether others of its kind still sleep (Drepper's "mutex 3").
+ *   unlock:  CAS LOCKED -> 0; else clear LOCKED and both waiter bits and wake
+ *            one waiter of each kind whose bit was set, preferring one whose
+ *            vCPU will run soon (kwake_one, rt_futex_wake_hinted). Each woken
+ *            waiter then answers for its own kind's bit, so waking one of each
+ *            loses no wake-up.
  *
  * hand-off: a waiter that has waited LK_STARVE_NS since it was first woken
  *   registers in 'handoff' (CAS 0 -> its tid; one target at a time), sets
@@ -329,6 +335,62 @@ static bool spin_acquire(pvrt_mutex_t *m, uint32_t extra, struct pvrt_ult *self)
 }
 
 /*
+ * Thread waiters sleep in the kernel futex on 'word', each with the bit of its vCPU
+ * (FUTEX_WAIT_BITSET), so that an unlocker can wake the oldest waiter whose vCPU runs with one
+ * FUTEX_WAKE_BITSET, without a queue of its own: a queue in user space (rt_futex's buckets)
+ * lengthens both sides of every hand-over by a lock and a scan, and with threads that share a
+ * CPU every added step on that path costs whole context switches (two threads handing a
+ * mutex back and forth through a condvar on one CPU: 16% slower than glibc through rt_futex,
+ * even with the kernel futex; lock-only parsec_streamcluster_cond at 4x threads per CPU,
+ * hints none: 0.96 -> 1.00 of glibc's speed).
+ * Bits: vCPU v is bit v % 31; bit 31 is "unknown".
+ */
+#define KBIT_UNKNOWN 0x80000000u
+#define KBIT_SCAN    64u /* vCPU pages up to this size choose by the hints; larger: oldest */
+
+static inline uint32_t kbit_of(uint32_t vcpu1)
+{
+	return vcpu1 ? 1u << ((vcpu1 - 1) % 31) : KBIT_UNKNOWN;
+}
+
+static int kpark(pvrt_mutex_t *m, uint32_t w, clockid_t clk, const struct timespec *abs)
+{
+	lk_stat(C, LK_PARKS);
+	int r = os_futex_wait_bits(&m->word, w, clk, abs, kbit_of(lk_self_vcpu1(NULL)));
+	return r == -EINTR ? 0 : r; /* a signal: a spurious wake-up */
+}
+
+/* The bits of the thread waiters to wake first: those whose vCPU is not preempted (and the
+ * unknown), or all when the hints cannot tell (none, thread-slot records: a sleeping thread's
+ * own record says nothing of when it would run, or a page too large to scan on every wake). A
+ * waiter is passed over only while its vCPU is preempted, i.e. while it could not run anyway;
+ * when nobody else waits it is woken all the same. */
+static uint32_t kwake_pref(const pvhint_t *h)
+{
+	if ((h->valid & (PVHINT_VALID_PREEMPTED | PVHINT_VALID_SLEEPING)) != PVHINT_VALID_PREEMPTED)
+		return FUTEX_BITSET_MATCH_ANY;
+	uint32_t n = pvhint_nr_vcpus(h), bits = KBIT_UNKNOWN;
+	if (n > KBIT_SCAN)
+		return FUTEX_BITSET_MATCH_ANY;
+	bool skip = false;
+	for (uint32_t v = 0; v < n; v++) {
+		if (pvhint_vcpu_preempted(h, v))
+			skip = true;
+		else
+			bits |= kbit_of(v + 1);
+	}
+	return skip ? bits : FUTEX_BITSET_MATCH_ANY;
+}
+
+static void kwake_one(pvrt_mutex_t *m)
+{
+	uint32_t pref = kwake_pref(lk_hints());
+	if (pref != FUTEX_BITSET_MATCH_ANY && os_futex_wake_bits(&m->word, 1, pref) > 0)
+		return;
+	os_futex_wake_bits(&m->word, 1, FUTEX_BITSET_MATCH_ANY);
+}
+
+/*
  * A registered hand-off target spins for its grant while the owner runs
  * before it parks: a grant to a sleeping target adds a wake-up to the
  * hand-over, during which the lock is held by nobody running.
@@ -354,7 +416,7 @@ static void await_grant(pvrt_mutex_t *m, uint32_t t, struct pvrt_ult *u)
  * before), or the timeout error.
  */
 static int handoff_acquire(pvrt_mutex_t *m, clockid_t clk, const struct timespec *abs,
-			   struct pvrt_ult *u)
+			   struct pvrt_ult *u, uint32_t wbit)
 {
 	const uint32_t t = (uint32_t)lk_self_id(u);
 	bool registered = false;
@@ -384,7 +446,7 @@ static int handoff_acquire(pvrt_mutex_t *m, clockid_t clk, const struct timespec
 		uint32_t w = __atomic_load_n(&m->word, __ATOMIC_SEQ_CST);
 		if (!(w & LOCKED)) {
 			/* Free: take it directly (acquire as in spin_acquire), then unregister. */
-			if (__atomic_compare_exchange_n(&m->word, &w, w | LOCKED | WAITERS, false,
+			if (__atomic_compare_exchange_n(&m->word, &w, w | LOCKED | wbit, false,
 							__ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) {
 				uint32_t e = t;
 				/* Fails only if an unlocker cancelled us meanwhile (now 0). */
@@ -394,9 +456,10 @@ static int handoff_acquire(pvrt_mutex_t *m, clockid_t clk, const struct timespec
 			}
 			continue;
 		}
-		if ((w & (HANDOFF | WAITERS)) != (HANDOFF | WAITERS)) {
-			/* Seq_cst like the load above: the flag forces the unlocker's slow path. */
-			if (!__atomic_compare_exchange_n(&m->word, &w, w | HANDOFF | WAITERS, false,
+		if ((w & (HANDOFF | wbit)) != (HANDOFF | wbit)) {
+			/* Seq_cst like the load above: the flag forces the unlocker's slow path;
+			 * our kind's bit, which we answer for since we were woken (see the top). */
+			if (!__atomic_compare_exchange_n(&m->word, &w, w | HANDOFF | wbit, false,
 							 __ATOMIC_SEQ_CST, __ATOMIC_RELAXED))
 				continue;
 		}
@@ -436,6 +499,7 @@ static int lock_slow(pvrt_mutex_t *m, clockid_t clk, const struct timespec *abs,
 	if (spin_acquire(m, 0, u))
 		return 0;
 
+	const uint32_t wbit = u ? WAITERS : KWAITERS;
 	uint64_t t0 = 0;
 	uint32_t extra = 0;
 	for (;;) {
@@ -448,20 +512,20 @@ static int lock_slow(pvrt_mutex_t *m, clockid_t clk, const struct timespec *abs,
 			continue;
 		}
 		if (t0 && os_now_ns() - t0 >= LK_STARVE_NS) {
-			int r = handoff_acquire(m, clk, abs, u);
+			int r = handoff_acquire(m, clk, abs, u, wbit);
 			if (r != -EAGAIN)
 				return r;
 		}
-		if (!(w & WAITERS)) {
+		if (!(w & wbit)) {
 			/* Relaxed: the futex compares the word under its own lock; the bit only
 			 * has to be in the word before we sleep, which the CAS guarantees. */
-			if (!__atomic_compare_exchange_n(&m->word, &w, w | WAITERS, false,
+			if (!__atomic_compare_exchange_n(&m->word, &w, w | wbit, false,
 							 __ATOMIC_RELAXED, __ATOMIC_RELAXED))
 				continue;
-			w |= WAITERS;
+			w |= wbit;
 		}
-		extra = WAITERS;
-		int r = lk_park(&m->word, w, clk, abs, C);
+		extra = wbit;
+		int r = u ? lk_park(&m->word, w, clk, abs, C) : kpark(m, w, clk, abs);
 		if (r == -ETIMEDOUT || r == -EINVAL)
 			return r;
 		/* The starvation clock starts at the first wake-up, not at the first park: until
@@ -519,6 +583,8 @@ void lk_mutex_release_slow(pvrt_mutex_t *m)
 		if (is_target(t) && __atomic_compare_exchange_n(&m->handoff, &t, 0, false,
 								__ATOMIC_RELAXED, __ATOMIC_RELAXED))
 			lk_wake(&m->handoff, 1);
+		if (w & KWAITERS)
+			kwake_one(m);
 		if (w & WAITERS)
 			lk_wake_one(&m->word);
 		return;

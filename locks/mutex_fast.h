@@ -13,9 +13,10 @@
 
 #include "lk.h"
 
-#define LOCKED	PVRT_MUTEX_LOCKED
-#define WAITERS PVRT_MUTEX_WAITERS
-#define HANDOFF PVRT_MUTEX_HANDOFF
+#define LOCKED	 PVRT_MUTEX_LOCKED
+#define WAITERS	 PVRT_MUTEX_WAITERS
+#define HANDOFF	 PVRT_MUTEX_HANDOFF
+#define KWAITERS PVRT_MUTEX_KWAITERS
 
 /* mutex.c: the contended lock of any type, and the contended release (waiters, hand-off). */
 int lk_mutex_lock_slow(pvrt_mutex_t *m);

@@ -84,6 +84,21 @@ static inline int os_futex_wake(uint32_t *addr, int n)
 	return os_futex(addr, FUTEX_WAKE, (uint32_t)n, NULL, 0);
 }
 
+/* os_futex_wait_abs, sleeping with the bits 'bits' (non-zero): only a wake whose bits meet
+ * them (os_futex_wake_bits) or one of os_futex_wake reaches this sleeper. */
+static inline int os_futex_wait_bits(uint32_t *addr, uint32_t val, clockid_t clk,
+				     const struct timespec *abs, uint32_t bits)
+{
+	int op = FUTEX_WAIT_BITSET | (clk == CLOCK_REALTIME ? FUTEX_CLOCK_REALTIME : 0);
+	return os_futex(addr, op, val, abs, bits);
+}
+
+/* Wake up to n sleepers on addr whose bits meet 'bits', oldest first; returns how many. */
+static inline int os_futex_wake_bits(uint32_t *addr, int n, uint32_t bits)
+{
+	return os_futex(addr, FUTEX_WAKE_BITSET, (uint32_t)n, NULL, bits);
+}
+
 /* ---- time ---- */
 
 #define OS_NS_PER_SEC 1000000000ull

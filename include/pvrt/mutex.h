@@ -37,11 +37,11 @@ enum {
 struct pvrt_spinq_node; /* private to the library */
 
 typedef struct pvrt_mutex {
-	uint32_t word;	       /* lock word and futex: PVRT_MUTEX_{LOCKED,WAITERS,HANDOFF} */
-	uint32_t count;	       /* recursion depth (recursive type) */
-	int32_t owner;	       /* owner's thread id (glibc's __owner), 0 when free */
-	uint16_t owner_vcpu;   /* owner's vCPU + 1, published at acquisition; 0: unknown (or
-				* a vCPU number above 65534) */
+	uint32_t word;	     /* lock word and futex: PVRT_MUTEX_{LOCKED,WAITERS,HANDOFF,KWAITERS} */
+	uint32_t count;	     /* recursion depth (recursive type) */
+	int32_t owner;	     /* owner's thread id (glibc's __owner), 0 when free */
+	uint16_t owner_vcpu; /* owner's vCPU + 1, published at acquisition; 0: unknown (or
+			      * a vCPU number above 65534) */
 	uint16_t handoff_vcpu; /* hand-off target's vCPU + 1 */
 	int32_t kind;	       /* type, at the offset of glibc's __kind */
 	uint32_t handoff; /* hand-off futex: 0, the target's tid, or tid | 0x80000000: granted */
@@ -49,9 +49,10 @@ typedef struct pvrt_mutex {
 	void *owner_ult;	       /* the owner ULT when it is one (runtime), else NULL */
 } pvrt_mutex_t;
 
-#define PVRT_MUTEX_LOCKED  1u
-#define PVRT_MUTEX_WAITERS 2u /* someone may be parked on 'word' */
-#define PVRT_MUTEX_HANDOFF 4u /* a starving waiter asked for the lock to be handed to it */
+#define PVRT_MUTEX_LOCKED   1u
+#define PVRT_MUTEX_WAITERS  2u /* a ULT may be parked on 'word' (the runtime's futex) */
+#define PVRT_MUTEX_HANDOFF  4u /* a starving waiter asked for the lock to be handed to it */
+#define PVRT_MUTEX_KWAITERS 8u /* a thread may sleep in the kernel futex on 'word' */
 
 /* Static initialisers (C and C++17: positional, every field, as -Wextra wants). */
 #define PVRT_MUTEX_INITIALIZER PVRT_ZERO_INITIALIZER

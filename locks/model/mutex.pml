@@ -11,9 +11,13 @@
  * all three at 2 rounds is 2.3e8 states, 12 GB). Process 0 uses a timed
  * lock (its waits may time out at any moment, which exercises the hand-off
  * withdrawal); the others wait without limit, so a lost wake-up leaves them
- * blocked. The futex: wait(addr, val) atomically compares and queues; wake
- * dequeues any one waiter (the runtime chooses, by the hints within a bound;
- * Spin tries every choice). Each C atomic operation is one atomic step here; plain reads of
+ * blocked. Two kinds of waiter, as in the C code: a ULT (sets WAITERS, parks
+ * through rt_futex) or a thread (sets KWAITERS, sleeps in the kernel futex);
+ * processes 1 and 2 take either kind (Spin tries all four pairs), process 0
+ * is a thread; an unlock wakes one waiter of each kind whose bit it cleared. The futex: wait(addr, val) atomically compares
+ * and queues; wake dequeues any one waiter of the kind (rt_futex chooses by
+ * the hints within a bound, the kernel by the waiters' vCPU bits; Spin tries
+ * every choice). Each C atomic operation is one atomic step here; plain reads of
  * 'word' and 'handoff' are separate steps, so every interleaving the C code
  * allows (all its accesses are sequentially consistent or ordered by the
  * CASes modelled) is explored. Hints are nondeterministic: at each unlock the
@@ -26,7 +30,9 @@
  *
  * Seeded faults it catches (checked by hand): an unlock that cancels a
  * hand-off registration without waking the target; a woken waiter that
- * acquires without setting WAITERS again.
+ * acquires without setting WAITERS again; an unlock that wakes only one
+ * kind when both bits are set; a hand-off target that sets WAITERS instead
+ * of its own kind's bit.
  */
 #define N	3
 #define ITER	2
@@ -34,6 +40,8 @@
 #define WAITERS 2
 #define HANDOFF 4
 #define GRANT	8
+#define KWAITERS 16
+byte kind[N];       /* each process's waiter bit: WAITERS (a ULT) or KWAITERS (a thread) */
 #define OK	0
 #define EAGAIN	1
 #define TIMEOUT 2
@@ -44,13 +52,13 @@ byte incs = 0;      /* processes in the critical section */
 bool wq_word[N];    /* parked on 'word' */
 bool wq_ho[N];      /* parked on 'handoff' */
 
-inline wake_word()
+inline wake_word(k)
 {
 	atomic {
 		if
-		:: wq_word[0] -> wq_word[0] = 0
-		:: wq_word[1] -> wq_word[1] = 0
-		:: wq_word[2] -> wq_word[2] = 0
+		:: wq_word[0] && kind[0] == k -> wq_word[0] = 0
+		:: wq_word[1] && kind[1] == k -> wq_word[1] = 0
+		:: wq_word[2] && kind[2] == k -> wq_word[2] = 0
 		:: else -> skip
 		fi
 	}
@@ -70,11 +78,17 @@ inline wake_ho()
 
 active [N] proctype P()
 {
-	byte w, hw, t, h, extra, it;
+	byte w, hw, t, h, extra, it, wbit;
 	bool lost, registered, timed;
 	byte r;
 
 	timed = (_pid == 0);
+	if
+	:: _pid == 0 -> wbit = KWAITERS
+	:: _pid != 0 -> wbit = KWAITERS
+	:: _pid != 0 -> wbit = WAITERS
+	fi;
+	kind[_pid] = wbit;
 	it = 0;
 next:
 	if
@@ -111,17 +125,17 @@ loop:
 	fi;
 park_word:
 	if
-	:: (w & WAITERS) == 0 ->
+	:: (w & wbit) == 0 ->
 		atomic {
 			if
-			:: word == w -> word = w | WAITERS
+			:: word == w -> word = w | wbit
 			:: else -> goto loop
 			fi
 		}
-		w = w | WAITERS
+		w = w | wbit
 	:: else -> skip
 	fi;
-	extra = WAITERS;
+	extra = wbit;
 	/* futex wait on word == w */
 	atomic {
 		if
@@ -182,7 +196,7 @@ hloop:
 	:: (hw & LOCKED) == 0 ->
 		atomic {
 			if
-			:: word == hw -> word = hw | LOCKED | WAITERS;
+			:: word == hw -> word = hw | LOCKED | wbit;
 				if
 				:: handoff == t -> handoff = 0
 				:: else -> skip
@@ -195,10 +209,10 @@ hloop:
 	:: else -> skip
 	fi;
 	if
-	:: (hw & (HANDOFF | WAITERS)) != (HANDOFF | WAITERS) ->
+	:: (hw & (HANDOFF | wbit)) != (HANDOFF | wbit) ->
 		atomic {
 			if
-			:: word == hw -> word = hw | HANDOFF | WAITERS
+			:: word == hw -> word = hw | HANDOFF | wbit
 			:: else -> goto hloop
 			fi
 		}
@@ -297,7 +311,11 @@ rloop:
 	:: else -> skip
 	fi;
 	if
-	:: (w & WAITERS) != 0 -> wake_word()
+	:: (w & KWAITERS) != 0 -> wake_word(KWAITERS)
+	:: else -> skip
+	fi;
+	if
+	:: (w & WAITERS) != 0 -> wake_word(WAITERS)
 	:: else -> skip
 	fi;
 	goto next;

@@ -190,8 +190,8 @@ static __always_inline void write_steal(struct pvhint_record *r, int add, __u64 
 static __always_inline __u32 task_cpu(struct task_struct *p)
 {
 	if (bpf_core_field_exists(p->thread_info.cpu))
-		return BPF_CORE_READ(p, thread_info.cpu);
-	return BPF_CORE_READ((struct task_struct___old *)p, cpu);
+		return p->thread_info.cpu;
+	return ((struct task_struct___old *)p)->cpu;
 }
 
 static __always_inline __u32 cpu_idle(__u32 cpu)
@@ -397,7 +397,7 @@ int BPF_PROG(pvhint_switch, _Bool preempt, struct task_struct *prev, struct task
 		/* Still on the run queue: preempted, or it yielded, or a signal cancelled its
 		 * sleep (__schedule set it TASK_RUNNING again). Not: blocked, incl. EEVDF's delayed
 		 * dequeue, which keeps a sleeper on the queue with a sleeping state. */
-		int runnable = preempt || BPF_CORE_READ(prev, __state) == TASK_RUNNING;
+		int runnable = preempt || prev->__state == TASK_RUNNING;
 		switch_out(c, ps, ptid, cpu, runnable, idle, now);
 	}
 	if (ns)

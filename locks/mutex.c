@@ -340,9 +340,9 @@ static bool spin_acquire(pvrt_mutex_t *m, uint32_t extra, struct pvrt_ult *self)
  * FUTEX_WAKE_BITSET, without a queue of its own: a queue in user space (rt_futex's buckets)
  * lengthens both sides of every hand-over by a lock and a scan, and with threads that share a
  * CPU every added step on that path costs whole context switches (two threads handing a
- * mutex back and forth through a condvar on one CPU: 16% slower than glibc through rt_futex,
- * even with the kernel futex; lock-only parsec_streamcluster_cond at 4x threads per CPU,
- * hints none: 0.96 -> 1.00 of glibc's speed).
+ * mutex back and forth through a condvar on one CPU: 0.83x glibc's speed through rt_futex,
+ * 0.98x with the kernel futex; lock-only parsec_streamcluster_cond at 4x threads per CPU,
+ * hints none: 0.96x -> 0.99x).
  * Bits: vCPU v is bit v % 31; bit 31 is "unknown".
  */
 #define KBIT_UNKNOWN 0x80000000u
@@ -356,35 +356,49 @@ static inline uint32_t kbit_of(uint32_t vcpu1)
 static int kpark(pvrt_mutex_t *m, uint32_t w, clockid_t clk, const struct timespec *abs)
 {
 	lk_stat(C, LK_PARKS);
-	int r = os_futex_wait_bits(&m->word, w, clk, abs, kbit_of(lk_self_vcpu1(NULL)));
-	return r == -EINTR ? 0 : r; /* a signal: a spurious wake-up */
+	uint32_t bit = kbit_of(lk_self_vcpu1(NULL));
+	int r;
+	/* A signal handler ran: sleep again (the deadline is absolute), as rt_futex does; a
+	 * wake-up would start the starvation clock. */
+	do
+		r = os_futex_wait_bits(&m->word, w, clk, abs, bit);
+	while (r == -EINTR);
+	return r;
 }
 
-/* The bits of the thread waiters to wake first: those whose vCPU is not preempted (and the
- * unknown), or all when the hints cannot tell (none, thread-slot records: a sleeping thread's
- * own record says nothing of when it would run, or a page too large to scan on every wake). A
- * waiter is passed over only while its vCPU is preempted, i.e. while it could not run anyway;
- * when nobody else waits it is woken all the same. */
+/* The bits of the thread waiters to wake first: those of vCPUs that are not preempted (a bit
+ * that a preempted vCPU shares, on pages of more than 31 vCPUs, is left out) and the unknown,
+ * or all when the hints cannot tell (none, thread-slot records: a sleeping thread's own record
+ * says nothing of when it would run, or a page too large to scan on every wake). */
 static uint32_t kwake_pref(const pvhint_t *h)
 {
 	if ((h->valid & (PVHINT_VALID_PREEMPTED | PVHINT_VALID_SLEEPING)) != PVHINT_VALID_PREEMPTED)
 		return FUTEX_BITSET_MATCH_ANY;
-	uint32_t n = pvhint_nr_vcpus(h), bits = KBIT_UNKNOWN;
+	uint32_t n = pvhint_nr_vcpus(h), preempted = 0;
 	if (n > KBIT_SCAN)
 		return FUTEX_BITSET_MATCH_ANY;
-	bool skip = false;
-	for (uint32_t v = 0; v < n; v++) {
+	for (uint32_t v = 0; v < n; v++)
 		if (pvhint_vcpu_preempted(h, v))
-			skip = true;
-		else
-			bits |= kbit_of(v + 1);
-	}
-	return skip ? bits : FUTEX_BITSET_MATCH_ANY;
+			preempted |= kbit_of(v + 1);
+	return preempted ? ~preempted : FUTEX_BITSET_MATCH_ANY;
 }
+
+/*
+ * Bounded unfairness, as rt_futex_wake_hinted's: every KWAKE_FIFO_EVERY-th contended wake of
+ * an unlocking thread takes the oldest waiter whatever its vCPU. The bit says where a waiter
+ * went to sleep, not where the kernel will run it, so a waiter on a vCPU that reads as
+ * preempted at every unlock could otherwise be passed over for ever while others come and go
+ * (and its starvation clock only starts at its first wake-up). Per thread: the mutex has no
+ * bytes to spare, and one thread's unlocks of a contended mutex come in runs.
+ */
+#define KWAKE_FIFO_EVERY 4u
+static __thread uint8_t kwake_n __attribute__((tls_model("initial-exec")));
 
 static void kwake_one(pvrt_mutex_t *m)
 {
-	uint32_t pref = kwake_pref(lk_hints());
+	uint32_t pref = FUTEX_BITSET_MATCH_ANY;
+	if (++kwake_n % KWAKE_FIFO_EVERY)
+		pref = kwake_pref(lk_hints());
 	if (pref != FUTEX_BITSET_MATCH_ANY && os_futex_wake_bits(&m->word, 1, pref) > 0)
 		return;
 	os_futex_wake_bits(&m->word, 1, FUTEX_BITSET_MATCH_ANY);

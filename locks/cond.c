@@ -189,7 +189,7 @@ static void kseq_bump(pvrt_cond_t *c)
  * on a destroyed condvar's address it is a harmless spurious wake-up, as with any futex). */
 static void kwake(pvrt_cond_t *c, uint32_t bits)
 {
-	os_futex(kseq_of(c), FUTEX_WAKE_BITSET, INT32_MAX, NULL, bits);
+	os_futex_wake_bits(kseq_of(c), INT32_MAX, bits);
 }
 
 /* Wait for the SIGNALED store that follows CHAINED (a ULT node; not cancellable: this runs in
@@ -269,12 +269,12 @@ static int kwait(struct cwait *w, clockid_t clk, const struct timespec *abs)
 	uint32_t seq = __atomic_load_n(kseq_of(w->c), __ATOMIC_SEQ_CST);
 	if (__atomic_load_n(&w->n->state, __ATOMIC_SEQ_CST) == SIGNALED)
 		return 0;
-	int op = FUTEX_WAIT_BITSET | (clk == CLOCK_REALTIME ? FUTEX_CLOCK_REALTIME : 0), old = 0;
+	int old = 0;
 	lk_stat(C, LK_PARKS);
 	/* A cancel that is already pending acts inside this call (the cleanup handler runs). */
 	if (w->cancellable)
 		pthread_setcanceltype(PTHREAD_CANCEL_ASYNCHRONOUS, &old);
-	int r = os_futex(kseq_of(w->c), op, seq, abs, w->n->kbit);
+	int r = os_futex_wait_bits(kseq_of(w->c), seq, clk, abs, w->n->kbit);
 	if (w->cancellable)
 		pthread_setcanceltype(old, NULL);
 	return r < 0 ? r : 0;

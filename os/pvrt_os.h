@@ -70,27 +70,27 @@ static inline int os_futex_wait(uint32_t *addr, uint32_t val, const struct times
 }
 
 /* Sleep while *addr == val, until the absolute time 'abs' on clk (CLOCK_MONOTONIC or
- * CLOCK_REALTIME; NULL: no limit). Results as os_futex_wait; -EINVAL for a bad 'abs'. */
+ * CLOCK_REALTIME; NULL: no limit), with the bits 'bits' (non-zero): only a wake whose bits
+ * meet them (os_futex_wake_bits) or one of os_futex_wake reaches this sleeper. Results as
+ * os_futex_wait; -EINVAL for a bad 'abs'. */
+static inline int os_futex_wait_bits(uint32_t *addr, uint32_t val, clockid_t clk,
+				     const struct timespec *abs, uint32_t bits)
+{
+	int op = FUTEX_WAIT_BITSET | (clk == CLOCK_REALTIME ? FUTEX_CLOCK_REALTIME : 0);
+	return os_futex(addr, op, val, abs, bits);
+}
+
+/* os_futex_wait_bits with every bit: any wake reaches it. */
 static inline int os_futex_wait_abs(uint32_t *addr, uint32_t val, clockid_t clk,
 				    const struct timespec *abs)
 {
-	int op = FUTEX_WAIT_BITSET | (clk == CLOCK_REALTIME ? FUTEX_CLOCK_REALTIME : 0);
-	return os_futex(addr, op, val, abs, FUTEX_BITSET_MATCH_ANY);
+	return os_futex_wait_bits(addr, val, clk, abs, FUTEX_BITSET_MATCH_ANY);
 }
 
 /* Wake up to n sleepers on addr (INT32_MAX: all); returns how many were woken. */
 static inline int os_futex_wake(uint32_t *addr, int n)
 {
 	return os_futex(addr, FUTEX_WAKE, (uint32_t)n, NULL, 0);
-}
-
-/* os_futex_wait_abs, sleeping with the bits 'bits' (non-zero): only a wake whose bits meet
- * them (os_futex_wake_bits) or one of os_futex_wake reaches this sleeper. */
-static inline int os_futex_wait_bits(uint32_t *addr, uint32_t val, clockid_t clk,
-				     const struct timespec *abs, uint32_t bits)
-{
-	int op = FUTEX_WAIT_BITSET | (clk == CLOCK_REALTIME ? FUTEX_CLOCK_REALTIME : 0);
-	return os_futex(addr, op, val, abs, bits);
 }
 
 /* Wake up to n sleepers on addr whose bits meet 'bits', oldest first; returns how many. */

@@ -31,19 +31,21 @@
 #define C PVRT_LOCK_BARRIER
 enum { KSLEEP = 1, USLEEP = 2 };
 
-_Static_assert(sizeof(pvrt_barrier_t) == 32, "pvrt_barrier_t must fit glibc's pthread_barrier_t");
-_Static_assert(offsetof(pvrt_barrier_t, shared) == 12, "glibc's barrier 'shared' offset");
+_Static_assert(sizeof(lk_barrier_t) == 32, "lk_barrier_t must fit glibc's pthread_barrier_t");
+_Static_assert(offsetof(lk_barrier_t, shared) == 12, "glibc's barrier 'shared' offset");
 
-int pvrt_barrier_init(pvrt_barrier_t *b, unsigned count)
+int pvrt_barrier_init(pvrt_barrier_t *pb, unsigned count)
 {
+	lk_barrier_t *b = lk_barrier_of(pb);
 	if (count == 0 || count > INT32_MAX)
 		return -EINVAL;
-	*b = (pvrt_barrier_t){.count = count};
+	*b = (lk_barrier_t){.count = count};
 	return 0;
 }
 
-int pvrt_barrier_destroy(pvrt_barrier_t *b)
+int pvrt_barrier_destroy(pvrt_barrier_t *pb)
 {
+	lk_barrier_t *b = lk_barrier_of(pb);
 	/* Wait until the last round's waiters have stopped reading the barrier. */
 	for (;;) {
 		/* Acquire: pairs with the release decrement in pvrt_barrier_wait. */
@@ -54,20 +56,21 @@ int pvrt_barrier_destroy(pvrt_barrier_t *b)
 	}
 }
 
-static void leave(pvrt_barrier_t *b)
+static void leave(lk_barrier_t *b)
 {
 	/* Release: our reads of the barrier happen-before destroy's return. */
 	if (__atomic_sub_fetch(&b->inside, 1, __ATOMIC_RELEASE) == 0)
 		lk_wake(&b->inside, INT32_MAX);
 }
 
-int pvrt_barrier_wait(pvrt_barrier_t *b)
+int pvrt_barrier_wait(pvrt_barrier_t *pb)
 {
+	lk_barrier_t *b = lk_barrier_of(pb);
 	__atomic_fetch_add(&b->inside, 1, __ATOMIC_RELAXED);
 	/* Arrival under the internal lock: reading the round and counting ourselves in it must
 	 * be one step, or an arrival racing with the end of a round (more threads than 'count')
 	 * could count itself in the next round while waiting on the old one. */
-	uint32_t *ilock = &b->pad[0], *sleepers = &b->pad[1];
+	uint32_t *ilock = &b->ilock, *sleepers = &b->sleepers;
 	lk_ilock(ilock);
 	uint32_t g = __atomic_load_n(&b->gen, __ATOMIC_RELAXED);
 	uint32_t a = ++b->arrived;

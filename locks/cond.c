@@ -63,75 +63,61 @@ enum { WAITING = 0, CHAINED = 1, SIGNALED = 2 };
 #define C	   PVRT_LOCK_COND
 #define DESTROYING 0x80000000u
 
-struct pvrt_cond_node {
+struct lk_cond_node {
 	uint32_t state;
 	bool kernel;	 /* a thread: sleeps in the kernel futex on 'kseq', bit 'kbit' */
 	uint8_t skipped; /* times a signal passed over it (under the queue lock) */
 	bool herd;	 /* kernel nodes: woken by a broadcast together with other threads */
 	uint32_t vcpu1;	 /* a thread waiter's vCPU + 1 when it queued; 0: a ULT, or unknown */
 	uint32_t kbit;	 /* kernel nodes: the futex bitset it sleeps with */
-	struct pvrt_cond_node *next, *prev;
-	struct pvrt_cond_node *chain; /* broadcast: the waiter to signal after us */
+	struct lk_cond_node *next, *prev;
+	struct lk_cond_node *chain; /* broadcast: the waiter to signal after us */
 };
-
-_Static_assert(sizeof(pvrt_cond_t) == 48, "pvrt_cond_t must fit glibc's pthread_cond_t");
-_Static_assert(offsetof(pvrt_cond_t, glibc_wrefs) == 36, "glibc's __wrefs offset");
-
-/* 'refs' lives in the first padding word (offset 24). */
-static inline uint32_t *refs_of(pvrt_cond_t *c)
-{
-	return &c->pad[0];
-}
 
 /*
  * Fork: in a child, the queue's nodes are the parent's waiters, which do not exist there, on
  * stacks the child's new threads reuse (glibc recycles them): they must not be signalled, nor
- * even read. 'qgen' (second padding word) is the fork generation (lk_fork_gen) the queue
+ * even read. 'qgen' is the fork generation (lk_fork_gen) the queue
  * belongs to; the first queue operation of a later generation empties it, with the references
  * of those waiters, so signals and broadcasts reach the child's own waiters only.
  */
-static void queue_lock(pvrt_cond_t *c)
+static void queue_lock(lk_cond_t *c)
 {
 	lk_ilock(&c->lock);
 	uint32_t gen = lk_gen();
-	if (lk_unlikely(c->pad[1] != gen)) {
+	if (lk_unlikely(c->qgen != gen)) {
 		/* Relaxed: as set_head. */
 		__atomic_store_n(&c->head, NULL, __ATOMIC_RELAXED);
 		c->tail = NULL;
-		__atomic_store_n(refs_of(c), 0, __ATOMIC_RELAXED);
-		c->pad[1] = gen;
+		__atomic_store_n(&c->refs, 0, __ATOMIC_RELAXED);
+		c->qgen = gen;
 	}
 }
 
-/* 'kseq' (third padding word, offset 32): bumped after every SIGNALED store to a kernel node, under
- * the queue lock. */
-static inline uint32_t *kseq_of(pvrt_cond_t *c)
-{
-	return &c->pad[2];
-}
-
-static inline uint32_t kbit_of(const struct pvrt_cond_node *n)
+static inline uint32_t kbit_of(const struct lk_cond_node *n)
 {
 	/* Nodes are on their waiters' stacks: mix the address so that neighbours differ. */
 	return 1u << (((uintptr_t)n * 0x9E3779B97F4A7C15ull) >> 59);
 }
 
-int pvrt_cond_init(pvrt_cond_t *c, clockid_t clk)
+int pvrt_cond_init(pvrt_cond_t *pc, clockid_t clk)
 {
+	lk_cond_t *c = lk_cond_of(pc);
 	if (!lk_valid_clock(clk))
 		return -EINVAL;
-	*c = (pvrt_cond_t){.clock = clk == CLOCK_MONOTONIC ? 1 : 0};
+	*c = (lk_cond_t){.clock = clk == CLOCK_MONOTONIC ? 1 : 0};
 	return 0;
 }
 
-int pvrt_cond_destroy(pvrt_cond_t *c)
+int pvrt_cond_destroy(pvrt_cond_t *pc)
 {
+	lk_cond_t *c = lk_cond_of(pc);
 	queue_lock(c);
 	bool busy = c->head != NULL;
 	lk_iunlock(&c->lock);
 	if (busy)
 		return -EBUSY;
-	uint32_t *refs = refs_of(c);
+	uint32_t *refs = &c->refs;
 	for (;;) {
 		/* Acquire: pairs with the waiters' release decrement (their accesses are done). */
 		uint32_t r = __atomic_load_n(refs, __ATOMIC_ACQUIRE);
@@ -146,22 +132,22 @@ int pvrt_cond_destroy(pvrt_cond_t *c)
 }
 
 /* 'head' is also peeked without the queue lock (signal/broadcast fast path): store atomically. */
-static inline void set_head(pvrt_cond_t *c, struct pvrt_cond_node *n)
+static inline void set_head(lk_cond_t *c, struct lk_cond_node *n)
 {
 	/* Relaxed: the peek only decides whether to take the queue lock; see pvrt_cond_signal. */
 	__atomic_store_n(&c->head, n, __ATOMIC_RELAXED);
 }
 
-static void put_ref(pvrt_cond_t *c)
+static void put_ref(lk_cond_t *c)
 {
 	/* Release: our last accesses to the condvar happen-before destroy's return. */
-	uint32_t r = __atomic_fetch_sub(refs_of(c), 1, __ATOMIC_RELEASE);
+	uint32_t r = __atomic_fetch_sub(&c->refs, 1, __ATOMIC_RELEASE);
 	if (r == (DESTROYING | 1))
-		lk_wake(refs_of(c), INT32_MAX);
+		lk_wake(&c->refs, INT32_MAX);
 }
 
 /* A ULT node taken by signal or broadcast (CHAINED): SIGNALED and its wake-up. */
-static void signal_node(struct pvrt_cond_node *n)
+static void signal_node(struct lk_cond_node *n)
 {
 	/* Release: the chain link (written under the queue lock) and the signaller's writes are
 	 * visible to the woken waiter. After this store the node may vanish (its waiter may see
@@ -172,36 +158,36 @@ static void signal_node(struct pvrt_cond_node *n)
 
 /* A kernel node taken by signal or broadcast, under the queue lock: SIGNALED. The caller then
  * bumps 'kseq' (kseq_bump, still under the lock) and wakes (kwake) after the lock. */
-static void signal_knode_locked(struct pvrt_cond_node *n)
+static void signal_knode_locked(struct lk_cond_node *n)
 {
 	/* Release: the signaller's writes are visible to the woken waiter. After this store the
 	 * node may vanish; the condvar may not (destroy takes the queue lock we hold). */
 	__atomic_store_n(&n->state, SIGNALED, __ATOMIC_RELEASE);
 }
 
-static void kseq_bump(pvrt_cond_t *c)
+static void kseq_bump(lk_cond_t *c)
 {
 	/* Seq_cst: the waiter loads 'kseq' before it checks its state (see kwait). */
-	__atomic_fetch_add(kseq_of(c), 1, __ATOMIC_SEQ_CST);
+	__atomic_fetch_add(&c->kseq, 1, __ATOMIC_SEQ_CST);
 }
 
 /* Wake kernel waiters of the bits in 'bits' (after signal_knode_locked, outside the queue lock;
  * on a destroyed condvar's address it is a harmless spurious wake-up, as with any futex). */
-static void kwake(pvrt_cond_t *c, uint32_t bits)
+static void kwake(lk_cond_t *c, uint32_t bits)
 {
-	os_futex_wake_bits(kseq_of(c), INT32_MAX, bits);
+	os_futex_wake_bits(&c->kseq, INT32_MAX, bits);
 }
 
 /* Wait for the SIGNALED store that follows CHAINED (a ULT node; not cancellable: this runs in
  * cleanup and error paths). A kernel node is never CHAINED: it goes from WAITING to SIGNALED
  * under the queue lock. */
-static void park_chained(struct pvrt_cond_node *n)
+static void park_chained(struct lk_cond_node *n)
 {
 	lk_park(&n->state, CHAINED, CLOCK_MONOTONIC, NULL, C);
 }
 
 /* Take n out of the queue, wherever it is (under the queue lock). */
-static void unlink_node(pvrt_cond_t *c, struct pvrt_cond_node *n)
+static void unlink_node(lk_cond_t *c, struct lk_cond_node *n)
 {
 	if (n->prev)
 		n->prev->next = n->next;
@@ -214,7 +200,7 @@ static void unlink_node(pvrt_cond_t *c, struct pvrt_cond_node *n)
 }
 
 /* Unlink n if it is still queued (under the queue lock); false if a signal took it. */
-static bool unqueue(pvrt_cond_t *c, struct pvrt_cond_node *n)
+static bool unqueue(lk_cond_t *c, struct lk_cond_node *n)
 {
 	queue_lock(c);
 	bool queued = __atomic_load_n(&n->state, __ATOMIC_RELAXED) == WAITING;
@@ -224,10 +210,12 @@ static bool unqueue(pvrt_cond_t *c, struct pvrt_cond_node *n)
 	return queued;
 }
 
+static int cond_signal(lk_cond_t *c);
+
 /* A waiter leaving without returning 0 (mutex error, cancellation): if a signal or broadcast
  * already took it, wait for the imminent SIGNALED store and pass the wake-up on, so that
  * neither the signal nor the rest of a broadcast chain is lost. Then drop the reference. */
-static void withdraw(pvrt_cond_t *c, struct pvrt_cond_node *n)
+static void withdraw(lk_cond_t *c, struct lk_cond_node *n)
 {
 	if (!unqueue(c, n)) {
 		/* Acquire: pairs with signal_node's release store (n->chain is visible). */
@@ -235,17 +223,17 @@ static void withdraw(pvrt_cond_t *c, struct pvrt_cond_node *n)
 			park_chained(n);
 		if (n->chain)
 			signal_node(n->chain);
-		pvrt_cond_signal(c);
+		cond_signal(c);
 	}
 	put_ref(c);
 }
 
 /* The state of a kernel wait, read by its cleanup handler when it is cancellable. */
 struct cwait {
-	pvrt_cond_t *c;
+	lk_cond_t *c;
 	void *m;
 	lk_mutex_op lock;
-	struct pvrt_cond_node *n;
+	struct lk_cond_node *n;
 	bool cancellable;
 };
 
@@ -266,7 +254,7 @@ static int kwait(struct cwait *w, clockid_t clk, const struct timespec *abs)
 {
 	/* Seq_cst, then the state: if the signaller's bump is not seen here, the kernel's compare
 	 * below sees it or the wake that follows it finds us asleep. */
-	uint32_t seq = __atomic_load_n(kseq_of(w->c), __ATOMIC_SEQ_CST);
+	uint32_t seq = __atomic_load_n(&w->c->kseq, __ATOMIC_SEQ_CST);
 	if (__atomic_load_n(&w->n->state, __ATOMIC_SEQ_CST) == SIGNALED)
 		return 0;
 	int old = 0;
@@ -274,7 +262,7 @@ static int kwait(struct cwait *w, clockid_t clk, const struct timespec *abs)
 	/* A cancel that is already pending acts inside this call (the cleanup handler runs). */
 	if (w->cancellable)
 		pthread_setcanceltype(PTHREAD_CANCEL_ASYNCHRONOUS, &old);
-	int r = os_futex_wait_bits(kseq_of(w->c), seq, clk, abs, w->n->kbit);
+	int r = os_futex_wait_bits(&w->c->kseq, seq, clk, abs, w->n->kbit);
 	if (w->cancellable)
 		pthread_setcanceltype(old, NULL);
 	return r < 0 ? r : 0;
@@ -283,7 +271,7 @@ static int kwait(struct cwait *w, clockid_t clk, const struct timespec *abs)
 /* Wait until n is signalled (0) or the deadline passes while it is still queued (-ETIMEDOUT).
  * w: a wait in the kernel (a thread), else NULL (lk_park: a ULT; cancellable: -ECANCELED once
  * it is cancelled, n still queued or not: the caller withdraws it). */
-static int wait_signal(pvrt_cond_t *c, struct pvrt_cond_node *n, clockid_t clk,
+static int wait_signal(lk_cond_t *c, struct lk_cond_node *n, clockid_t clk,
 		       const struct timespec *abs, struct cwait *w, bool cancellable)
 {
 	for (;;) {
@@ -309,7 +297,7 @@ static int wait_signal(pvrt_cond_t *c, struct pvrt_cond_node *n, clockid_t clk,
 	}
 }
 
-static int wait_kernel(pvrt_cond_t *c, void *m, lk_mutex_op lock, struct pvrt_cond_node *n,
+static int wait_kernel(lk_cond_t *c, void *m, lk_mutex_op lock, struct lk_cond_node *n,
 		       clockid_t clk, const struct timespec *abs, bool cancellable)
 {
 	struct cwait w = {.c = c, .m = m, .lock = lock, .n = n, .cancellable = cancellable};
@@ -322,7 +310,7 @@ static int wait_kernel(pvrt_cond_t *c, void *m, lk_mutex_op lock, struct pvrt_co
 	return result;
 }
 
-int lk_cond_wait(pvrt_cond_t *c, void *m, lk_mutex_op unlock, lk_mutex_op lock, clockid_t clk,
+int lk_cond_wait(lk_cond_t *c, void *m, lk_mutex_op unlock, lk_mutex_op lock, clockid_t clk,
 		 const struct timespec *abs, bool cancellable)
 {
 	if (abs && !os_timespec_valid(abs))
@@ -331,7 +319,7 @@ int lk_cond_wait(pvrt_cond_t *c, void *m, lk_mutex_op unlock, lk_mutex_op lock, 
 	struct pvrt_ult *self = lk_self_ult();
 	bool kernel = !self;
 	/* A ULT's vCPU is where the scheduler puts it when readied: unknown here. */
-	struct pvrt_cond_node n = {
+	struct lk_cond_node n = {
 	    .state = WAITING, .kernel = kernel, .vcpu1 = self ? 0 : lk_self_vcpu1(NULL)};
 	n.kbit = kbit_of(&n);
 
@@ -343,7 +331,7 @@ int lk_cond_wait(pvrt_cond_t *c, void *m, lk_mutex_op unlock, lk_mutex_op lock, 
 		set_head(c, &n);
 	c->tail = &n;
 	/* Relaxed: destroy reads it after taking the queue lock or with acquire (put_ref). */
-	__atomic_fetch_add(refs_of(c), 1, __ATOMIC_RELAXED);
+	__atomic_fetch_add(&c->refs, 1, __ATOMIC_RELAXED);
 	lk_iunlock(&c->lock);
 
 	int err = unlock(m);
@@ -391,13 +379,17 @@ static int mutex_lock_op(void *m)
 	return pvrt_mutex_lock(m);
 }
 
-int pvrt_cond_wait(pvrt_cond_t *c, pvrt_mutex_t *m)
+int pvrt_cond_wait(pvrt_cond_t *pc, pvrt_mutex_t *pm)
 {
+	lk_cond_t *c = lk_cond_of(pc);
+	lk_mutex_t *m = lk_mutex_of(pm);
 	return lk_cond_wait(c, m, mutex_unlock_op, mutex_lock_op, CLOCK_MONOTONIC, NULL, false);
 }
 
-int pvrt_cond_timedwait(pvrt_cond_t *c, pvrt_mutex_t *m, const struct timespec *abstime)
+int pvrt_cond_timedwait(pvrt_cond_t *pc, pvrt_mutex_t *pm, const struct timespec *abstime)
 {
+	lk_cond_t *c = lk_cond_of(pc);
+	lk_mutex_t *m = lk_mutex_of(pm);
 	if (!abstime)
 		return -EINVAL;
 	clockid_t clk =
@@ -405,9 +397,11 @@ int pvrt_cond_timedwait(pvrt_cond_t *c, pvrt_mutex_t *m, const struct timespec *
 	return lk_cond_wait(c, m, mutex_unlock_op, mutex_lock_op, clk, abstime, false);
 }
 
-int pvrt_cond_clockwait(pvrt_cond_t *c, pvrt_mutex_t *m, clockid_t clk,
+int pvrt_cond_clockwait(pvrt_cond_t *pc, pvrt_mutex_t *pm, clockid_t clk,
 			const struct timespec *abstime)
 {
+	lk_cond_t *c = lk_cond_of(pc);
+	lk_mutex_t *m = lk_mutex_of(pm);
 	if (!lk_valid_clock(clk) || !abstime)
 		return -EINVAL;
 	return lk_cond_wait(c, m, mutex_unlock_op, mutex_lock_op, clk, abstime, false);
@@ -418,22 +412,22 @@ int pvrt_cond_clockwait(pvrt_cond_t *c, pvrt_mutex_t *m, clockid_t clk,
  * any; it is the one that will run soonest by the hints, with bounded skips, as for
  * rt_futex_wake_hinted (struct rt_wake_pick).
  */
-static struct pvrt_cond_node *pick(pvrt_cond_t *c, const pvhint_t *h)
+static struct lk_cond_node *pick(lk_cond_t *c, const pvhint_t *h)
 {
 	if (!(h->valid & (PVHINT_VALID_PREEMPTED | PVHINT_VALID_IS_IDLE)))
 		return c->head;
 	struct rt_wake_pick p;
 	rt_wake_pick_init(&p);
-	for (struct pvrt_cond_node *n = c->head; n; n = n->next)
+	for (struct lk_cond_node *n = c->head; n; n = n->next)
 		if (!rt_wake_pick_offer(&p, h, n, n->vcpu1, n->skipped))
 			break;
-	struct pvrt_cond_node *best = p.best;
-	for (struct pvrt_cond_node *n = c->head; n != best; n = n->next)
+	struct lk_cond_node *best = p.best;
+	for (struct lk_cond_node *n = c->head; n != best; n = n->next)
 		n->skipped++;
 	return best;
 }
 
-int pvrt_cond_signal(pvrt_cond_t *c)
+static int cond_signal(lk_cond_t *c)
 {
 	/* Unlocked peek (relaxed): an empty queue needs no lock; a waiter that queues after
 	 * this load started waiting after the signal, so missing it is correct. */
@@ -441,7 +435,7 @@ int pvrt_cond_signal(pvrt_cond_t *c)
 		return 0;
 	pvhint_t *h = lk_hints();
 	queue_lock(c);
-	struct pvrt_cond_node *n = c->head ? pick(c, h) : NULL;
+	struct lk_cond_node *n = c->head ? pick(c, h) : NULL;
 	uint32_t kbits = 0;
 	if (n) {
 		unlink_node(c, n);
@@ -463,18 +457,24 @@ int pvrt_cond_signal(pvrt_cond_t *c)
 	return 0;
 }
 
-int pvrt_cond_broadcast(pvrt_cond_t *c)
+int pvrt_cond_signal(pvrt_cond_t *c)
 {
+	return cond_signal(lk_cond_of(c));
+}
+
+int pvrt_cond_broadcast(pvrt_cond_t *pc)
+{
+	lk_cond_t *c = lk_cond_of(pc);
 	if (!__atomic_load_n(&c->head, __ATOMIC_RELAXED))
 		return 0;
 	queue_lock(c);
 	/* Kernel nodes: SIGNALED now, one wake for all below. ULT nodes: chained in queue order. */
-	struct pvrt_cond_node *first = NULL, **link = &first;
+	struct lk_cond_node *first = NULL, **link = &first;
 	bool kernel = false;
 	unsigned nk = 0;
-	for (struct pvrt_cond_node *n = c->head; n && nk < 2; n = n->next)
+	for (struct lk_cond_node *n = c->head; n && nk < 2; n = n->next)
 		nk += n->kernel;
-	for (struct pvrt_cond_node *n = c->head, *next; n; n = next) {
+	for (struct lk_cond_node *n = c->head, *next; n; n = next) {
 		next = n->next; /* before the store: then the node may vanish */
 		if (n->kernel) {
 			kernel = true;

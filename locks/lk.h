@@ -10,7 +10,8 @@
 #include <pvrt/lockstat.h>
 #include <pvrt/pvhint.h>
 
-#include "wait.h" /* all that the locks see of the runtime */
+#include "lk_layout.h" /* the lock objects' private layout */
+#include "wait.h"      /* all that the locks see of the runtime */
 
 #include <pvrt/thread.h>
 

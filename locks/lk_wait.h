@@ -20,11 +20,11 @@ typedef int (*lk_mutex_op)(void *m); /* 0 or a negative errno */
  * again once it was cancelled (rt_futex_wait_cancel; the caller acts on it), having passed on a
  * signal it consumed.
  */
-int lk_cond_wait(pvrt_cond_t *c, void *m, lk_mutex_op unlock, lk_mutex_op lock, clockid_t clk,
+int lk_cond_wait(lk_cond_t *c, void *m, lk_mutex_op unlock, lk_mutex_op lock, clockid_t clk,
 		 const struct timespec *abs, bool cancellable);
 
 /* pvrt_sem_timedwait (abs NULL: pvrt_sem_wait); cancellable: as rt_futex_wait_cancel, -ECANCELED
  * (nothing taken) once the calling ULT is cancelled. */
-int lk_sem_wait(pvrt_sem_t *s, clockid_t clk, const struct timespec *abs, bool cancellable);
+int lk_sem_wait(lk_sem_t *s, clockid_t clk, const struct timespec *abs, bool cancellable);
 
 #endif /* PVRT_LOCKS_LK_WAIT_H */

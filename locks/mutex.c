@@ -51,16 +51,18 @@ static inline bool is_target(uint32_t h)
 	return h != 0 && !(h & GRANT);
 }
 
-int pvrt_mutex_init(pvrt_mutex_t *m, int type)
+int pvrt_mutex_init(pvrt_mutex_t *pm, int type)
 {
+	lk_mutex_t *m = lk_mutex_of(pm);
 	if (type < PVRT_MUTEX_NORMAL || type > PVRT_MUTEX_ADAPTIVE)
 		return -EINVAL;
-	*m = (pvrt_mutex_t){.kind = type};
+	*m = (lk_mutex_t){.kind = type};
 	return 0;
 }
 
-int pvrt_mutex_destroy(pvrt_mutex_t *m)
+int pvrt_mutex_destroy(pvrt_mutex_t *pm)
 {
+	lk_mutex_t *m = lk_mutex_of(pm);
 	if (__atomic_load_n(&m->word, __ATOMIC_RELAXED) & LOCKED)
 		return -EBUSY;
 	return 0;
@@ -80,7 +82,7 @@ int pvrt_mutex_destroy(pvrt_mutex_t *m)
 #define EST_SLOTS_SHIFT 3
 #define EST_SLOTS	(1u << EST_SLOTS_SHIFT)
 struct blind_est {
-	const pvrt_mutex_t *m;
+	const lk_mutex_t *m;
 	uint32_t ns;
 };
 
@@ -101,7 +103,7 @@ static __attribute__((noinline)) struct mx_thread *mx_self(void)
 	return &mx_tls;
 }
 
-static struct blind_est *blind_slot(struct mx_thread *t, const pvrt_mutex_t *m)
+static struct blind_est *blind_slot(struct mx_thread *t, const lk_mutex_t *m)
 {
 	/* Fibonacci hashing of the whole address: neighbours in an array of mutexes differ. */
 	struct blind_est *e =
@@ -147,7 +149,7 @@ static bool own_vcpu_shared(struct mx_thread *t, pvhint_t *h, struct pvrt_ult *u
 }
 
 struct spin_ctx {
-	pvrt_mutex_t *m;
+	lk_mutex_t *m;
 	pvhint_t *h;
 	struct lk_spin sp;
 	bool cut;     /* stopped because the owner's vCPU is preempted */
@@ -231,7 +233,7 @@ __attribute__((constructor)) static void spinners_init(void)
  * hand-shakes. 'extra' is WAITERS once the caller has parked (see the header
  * comment).
  */
-static bool spin_queued(pvrt_mutex_t *m, uint32_t extra, struct pvrt_ult *self, pvhint_t *h)
+static bool spin_queued(lk_mutex_t *m, uint32_t extra, struct pvrt_ult *self, pvhint_t *h)
 {
 	struct mx_thread *t = mx_self();
 	bool blind = !(h->valid & PVHINT_VALID_PREEMPTED) || own_vcpu_shared(t, h, self);
@@ -247,7 +249,7 @@ static bool spin_queued(pvrt_mutex_t *m, uint32_t extra, struct pvrt_ult *self, 
 	bool got = false, moved = false;
 	for (;;) {
 		/* Fetched again after a yield: we may be on another worker (its node, its vCPU). */
-		struct pvrt_spinq_node *node = lk_spinq_node();
+		struct lk_sqnode *node = lk_spinq_node();
 		if (!node || !lk_spinq_lock(&m->spinq, node, vcpu16(lk_self_vcpu1(self)), h,
 					    queue_give_up, &c))
 			break;
@@ -306,7 +308,7 @@ static bool spin_queued(pvrt_mutex_t *m, uint32_t extra, struct pvrt_ult *self, 
 
 /* Spin (spin_queued) unless as many threads spin as the CPUs allow (spin_admit), or, for a
  * thread relocking after a condvar wait, the owner acquired on the CPU we run on. */
-static bool spin_acquire(pvrt_mutex_t *m, uint32_t extra, struct pvrt_ult *self)
+static bool spin_acquire(lk_mutex_t *m, uint32_t extra, struct pvrt_ult *self)
 {
 	pvhint_t *h = lk_hints();
 	/* Threads woken together by a broadcast meet at the mutex, one at a time: each spinner
@@ -353,7 +355,7 @@ static inline uint32_t kbit_of(uint32_t vcpu1)
 	return vcpu1 ? 1u << ((vcpu1 - 1) % 31) : KBIT_UNKNOWN;
 }
 
-static int kpark(pvrt_mutex_t *m, uint32_t w, clockid_t clk, const struct timespec *abs)
+static int kpark(lk_mutex_t *m, uint32_t w, clockid_t clk, const struct timespec *abs)
 {
 	lk_stat(C, LK_PARKS);
 	uint32_t bit = kbit_of(lk_self_vcpu1(NULL));
@@ -394,7 +396,7 @@ static uint32_t kwake_pref(const pvhint_t *h)
 #define KWAKE_FIFO_EVERY 4u
 static __thread uint8_t kwake_n __attribute__((tls_model("initial-exec")));
 
-static void kwake_one(pvrt_mutex_t *m)
+static void kwake_one(lk_mutex_t *m)
 {
 	uint32_t pref = FUTEX_BITSET_MATCH_ANY;
 	if (++kwake_n % KWAKE_FIFO_EVERY)
@@ -409,7 +411,7 @@ static void kwake_one(pvrt_mutex_t *m)
  * before it parks: a grant to a sleeping target adds a wake-up to the
  * hand-over, during which the lock is held by nobody running.
  */
-static void await_grant(pvrt_mutex_t *m, uint32_t t, struct pvrt_ult *u)
+static void await_grant(lk_mutex_t *m, uint32_t t, struct pvrt_ult *u)
 {
 	if (u)
 		return; /* a ULT parks (switches away): its owner may be a ULT of this worker */
@@ -429,7 +431,7 @@ static void await_grant(pvrt_mutex_t *m, uint32_t t, struct pvrt_ult *u)
  * another thread is the hand-off target (the caller parks on the word as
  * before), or the timeout error.
  */
-static int handoff_acquire(pvrt_mutex_t *m, clockid_t clk, const struct timespec *abs,
+static int handoff_acquire(lk_mutex_t *m, clockid_t clk, const struct timespec *abs,
 			   struct pvrt_ult *u, uint32_t wbit)
 {
 	const uint32_t t = (uint32_t)lk_self_id(u);
@@ -495,7 +497,7 @@ static int handoff_acquire(pvrt_mutex_t *m, clockid_t clk, const struct timespec
 	}
 }
 
-static int lock_slow(pvrt_mutex_t *m, clockid_t clk, const struct timespec *abs, bool timed,
+static int lock_slow(lk_mutex_t *m, clockid_t clk, const struct timespec *abs, bool timed,
 		     struct pvrt_ult *u)
 {
 	lk_stat(C, LK_CONTENDED);
@@ -557,7 +559,7 @@ static int lock_slow(pvrt_mutex_t *m, clockid_t clk, const struct timespec *abs,
 }
 
 /* Free the word and, if the freeing raced with a hand-off registration, cancel it. */
-void lk_mutex_release_slow(pvrt_mutex_t *m)
+void lk_mutex_release_slow(lk_mutex_t *m)
 {
 	pvhint_t *hints = NULL;
 	for (;;) {
@@ -605,7 +607,7 @@ void lk_mutex_release_slow(pvrt_mutex_t *m)
 	}
 }
 
-static int lock_common(pvrt_mutex_t *m, clockid_t clk, const struct timespec *abs, bool timed)
+static int lock_common(lk_mutex_t *m, clockid_t clk, const struct timespec *abs, bool timed)
 {
 	int type = mtype(m);
 	struct pvrt_ult *u = lk_self_ult();
@@ -633,25 +635,28 @@ static int lock_common(pvrt_mutex_t *m, clockid_t clk, const struct timespec *ab
 	return 0;
 }
 
-int lk_mutex_lock_slow(pvrt_mutex_t *m)
+int lk_mutex_lock_slow(lk_mutex_t *m)
 {
 	return lock_common(m, CLOCK_MONOTONIC, NULL, false);
 }
 
-int pvrt_mutex_lock(pvrt_mutex_t *m)
+int pvrt_mutex_lock(pvrt_mutex_t *pm)
 {
+	lk_mutex_t *m = lk_mutex_of(pm);
 	return lk_mutex_lock(m);
 }
 
-int pvrt_mutex_timedlock(pvrt_mutex_t *m, clockid_t clk, const struct timespec *abstime)
+int pvrt_mutex_timedlock(pvrt_mutex_t *pm, clockid_t clk, const struct timespec *abstime)
 {
+	lk_mutex_t *m = lk_mutex_of(pm);
 	if (!lk_valid_clock(clk) || !abstime)
 		return -EINVAL;
 	return lock_common(m, clk, abstime, true);
 }
 
-int pvrt_mutex_trylock(pvrt_mutex_t *m)
+int pvrt_mutex_trylock(pvrt_mutex_t *pm)
 {
+	lk_mutex_t *m = lk_mutex_of(pm);
 	int type = mtype(m);
 	struct pvrt_ult *u = lk_self_ult();
 	int tid = lk_self_id(u);
@@ -678,8 +683,9 @@ int pvrt_mutex_trylock(pvrt_mutex_t *m)
 	return 0;
 }
 
-int pvrt_mutex_unlock(pvrt_mutex_t *m)
+int pvrt_mutex_unlock(pvrt_mutex_t *pm)
 {
+	lk_mutex_t *m = lk_mutex_of(pm);
 	if (lk_likely(mtype_plain(m)))
 		return lk_mutex_unlock_plain(m);
 	/* Recursive or errorcheck: only the owner may unlock. */

@@ -13,23 +13,23 @@
 
 #include "lk.h"
 
-#define LOCKED	 PVRT_MUTEX_LOCKED
-#define WAITERS	 PVRT_MUTEX_WAITERS
-#define HANDOFF	 PVRT_MUTEX_HANDOFF
-#define KWAITERS PVRT_MUTEX_KWAITERS
+#define LOCKED	 LK_MUTEX_LOCKED
+#define WAITERS	 LK_MUTEX_WAITERS
+#define HANDOFF	 LK_MUTEX_HANDOFF
+#define KWAITERS LK_MUTEX_KWAITERS
 
 /* mutex.c: the contended lock of any type, and the contended release (waiters, hand-off). */
-int lk_mutex_lock_slow(pvrt_mutex_t *m);
-void lk_mutex_release_slow(pvrt_mutex_t *m);
+int lk_mutex_lock_slow(lk_mutex_t *m);
+void lk_mutex_release_slow(lk_mutex_t *m);
 
-static inline int mtype(const pvrt_mutex_t *m)
+static inline int mtype(const lk_mutex_t *m)
 {
 	/* Relaxed: the type is written by init before the mutex is shared. */
 	return __atomic_load_n(&m->kind, __ATOMIC_RELAXED) & 3;
 }
 
 /* A normal or adaptive mutex (the types without owner checks)? */
-static inline bool mtype_plain(const pvrt_mutex_t *m)
+static inline bool mtype_plain(const lk_mutex_t *m)
 {
 	int t = mtype(m);
 	return t == PVRT_MUTEX_NORMAL || t == PVRT_MUTEX_ADAPTIVE;
@@ -41,7 +41,7 @@ static inline uint16_t vcpu16(uint32_t v1)
 	return v1 <= UINT16_MAX ? (uint16_t)v1 : 0;
 }
 
-static inline void publish_owner(pvrt_mutex_t *m, int tid, struct pvrt_ult *u)
+static inline void publish_owner(lk_mutex_t *m, int tid, struct pvrt_ult *u)
 {
 	/* Relaxed: other threads read owner, owner_vcpu and owner_ult only as hints (spinners),
 	 * and the owner checks of recursive/errorcheck mutexes compare with the reader's own tid,
@@ -58,7 +58,7 @@ static inline void publish_owner(pvrt_mutex_t *m, int tid, struct pvrt_ult *u)
 		__atomic_store_n(&m->owner_ult, (void *)u, __ATOMIC_RELAXED);
 }
 
-static inline bool try_fast(pvrt_mutex_t *m)
+static inline bool try_fast(lk_mutex_t *m)
 {
 	uint32_t z = 0;
 	/* Acquire: the previous owner's critical section happens-before ours. */
@@ -66,7 +66,7 @@ static inline bool try_fast(pvrt_mutex_t *m)
 					   __ATOMIC_RELAXED);
 }
 
-static inline void release(pvrt_mutex_t *m)
+static inline void release(lk_mutex_t *m)
 {
 	uint32_t w = LOCKED;
 	/* Release: our critical section happens-before the next owner's. */
@@ -76,7 +76,7 @@ static inline void release(pvrt_mutex_t *m)
 }
 
 /* pvrt_mutex_lock. */
-static inline int lk_mutex_lock(pvrt_mutex_t *m)
+static inline int lk_mutex_lock(lk_mutex_t *m)
 {
 	if (lk_likely(mtype_plain(m) && try_fast(m))) {
 		struct pvrt_ult *u = lk_self_ult();
@@ -88,7 +88,7 @@ static inline int lk_mutex_lock(pvrt_mutex_t *m)
 }
 
 /* pvrt_mutex_unlock of a normal or adaptive mutex (the caller checks mtype_plain). */
-static inline int lk_mutex_unlock_plain(pvrt_mutex_t *m)
+static inline int lk_mutex_unlock_plain(lk_mutex_t *m)
 {
 	__atomic_store_n(&m->owner, 0, __ATOMIC_RELAXED);
 	/* A spinner between the next owner's CAS and its publish_owner() must not take us (who

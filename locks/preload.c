@@ -58,13 +58,11 @@
 
 #define EXPORT __attribute__((visibility("default")))
 
-_Static_assert(sizeof(pvrt_mutex_t) == sizeof(pthread_mutex_t), "mutex size");
-_Static_assert(sizeof(pvrt_cond_t) == sizeof(pthread_cond_t), "cond size");
-_Static_assert(sizeof(pvrt_rwlock_t) == sizeof(pthread_rwlock_t), "rwlock size");
-_Static_assert(sizeof(pvrt_barrier_t) == sizeof(pthread_barrier_t), "barrier size");
+_Static_assert(sizeof(pvrt_mutex_t) <= sizeof(pthread_mutex_t), "mutex size");
+_Static_assert(sizeof(pvrt_cond_t) <= sizeof(pthread_cond_t), "cond size");
+_Static_assert(sizeof(pvrt_rwlock_t) <= sizeof(pthread_rwlock_t), "rwlock size");
+_Static_assert(sizeof(pvrt_barrier_t) <= sizeof(pthread_barrier_t), "barrier size");
 _Static_assert(sizeof(pvrt_spinlock_t) == sizeof(pthread_spinlock_t), "spinlock size");
-_Static_assert(__builtin_offsetof(pvrt_mutex_t, kind) == 16, "glibc __kind offset");
-_Static_assert(__builtin_offsetof(pvrt_mutex_t, owner) == 8, "glibc __owner offset");
 
 /* glibc's __kind bits for mutexes it must handle itself. */
 #define GLIBC_MUTEX_ROBUST  0x10
@@ -138,9 +136,14 @@ REAL(int, sem_getvalue, sem_t *, int *)
 
 /* ---- mutex ---- */
 
+/* The pthread object as pvrt's (the public calls) and as its layout (fields, inline paths). */
 static inline pvrt_mutex_t *PM(pthread_mutex_t *m)
 {
 	return (pvrt_mutex_t *)(void *)m;
+}
+static inline lk_mutex_t *LM(pthread_mutex_t *m)
+{
+	return lk_mutex_of(PM(m));
 }
 
 /* PVRT_LOCKS=glibc (pvrt-run --locks=glibc): every call goes to glibc; only the thread placement
@@ -151,7 +154,7 @@ static inline bool mutex_foreign(pthread_mutex_t *m)
 {
 	/* Relaxed: __kind is set at init, before the mutex is shared. */
 	return lk_unlikely(all_glibc ||
-			   (__atomic_load_n(&PM(m)->kind, __ATOMIC_RELAXED) & GLIBC_MUTEX_FOREIGN));
+			   (__atomic_load_n(&LM(m)->kind, __ATOMIC_RELAXED) & GLIBC_MUTEX_FOREIGN));
 }
 
 EXPORT int pthread_mutex_init(pthread_mutex_t *m, const pthread_mutexattr_t *attr)
@@ -176,7 +179,7 @@ EXPORT int pthread_mutex_destroy(pthread_mutex_t *m)
 		return CALL_REAL(pthread_mutex_destroy, m);
 	int r = pvrt_mutex_destroy(PM(m));
 	if (r == 0)
-		PM(m)->kind = -1; /* as glibc: later use goes to glibc, which says EINVAL */
+		LM(m)->kind = -1; /* as glibc: later use goes to glibc, which says EINVAL */
 	return -r;
 }
 
@@ -184,7 +187,7 @@ EXPORT int pthread_mutex_lock(pthread_mutex_t *m)
 {
 	if (mutex_foreign(m))
 		return CALL_REAL(pthread_mutex_lock, m);
-	return -lk_mutex_lock(PM(m)); /* inline: mutex_fast.h */
+	return -lk_mutex_lock(LM(m)); /* inline: mutex_fast.h */
 }
 
 EXPORT int pthread_mutex_trylock(pthread_mutex_t *m)
@@ -212,22 +215,27 @@ EXPORT int pthread_mutex_unlock(pthread_mutex_t *m)
 {
 	if (mutex_foreign(m))
 		return CALL_REAL(pthread_mutex_unlock, m);
-	if (lk_likely(mtype_plain(PM(m))))
-		return -lk_mutex_unlock_plain(PM(m)); /* inline: mutex_fast.h */
+	if (lk_likely(mtype_plain(LM(m))))
+		return -lk_mutex_unlock_plain(LM(m)); /* inline: mutex_fast.h */
 	return -pvrt_mutex_unlock(PM(m));
 }
 
 /* ---- condvar ---- */
 
+/* The pthread object as pvrt's (the public calls) and as its layout (fields, inline paths). */
 static inline pvrt_cond_t *PC(pthread_cond_t *c)
 {
 	return (pvrt_cond_t *)(void *)c;
+}
+static inline lk_cond_t *LC(pthread_cond_t *c)
+{
+	return lk_cond_of(PC(c));
 }
 
 static inline bool cond_foreign(pthread_cond_t *c)
 {
 	/* Relaxed: set at init, before the condvar is shared. */
-	return lk_unlikely(all_glibc || (__atomic_load_n(&PC(c)->glibc_wrefs, __ATOMIC_RELAXED) &
+	return lk_unlikely(all_glibc || (__atomic_load_n(&LC(c)->glibc_wrefs, __ATOMIC_RELAXED) &
 					 GLIBC_COND_SHARED));
 }
 
@@ -246,10 +254,10 @@ static int cond_wait(pthread_cond_t *c, pthread_mutex_t *m, clockid_t clk,
 		     const struct timespec *abs)
 {
 	if (lk_likely(!rt_mn_on))
-		return -lk_cond_wait(PC(c), m, op_unlock, op_lock, clk, abs, true);
+		return -lk_cond_wait(LC(c), m, op_unlock, op_lock, clk, abs, true);
 	bool cancellable = rt_mn_cancel_enter();
 	return rt_mn_cancel_leave(
-	    -lk_cond_wait(PC(c), m, op_unlock, op_lock, clk, abs, cancellable));
+	    -lk_cond_wait(LC(c), m, op_unlock, op_lock, clk, abs, cancellable));
 }
 
 EXPORT int pthread_cond_init(pthread_cond_t *c, const pthread_condattr_t *attr)
@@ -284,7 +292,7 @@ EXPORT int pthread_cond_timedwait(pthread_cond_t *c, pthread_mutex_t *m, const s
 	if (cond_foreign(c))
 		return CALL_REAL(pthread_cond_timedwait, c, m, abs);
 	clockid_t clk =
-	    __atomic_load_n(&PC(c)->clock, __ATOMIC_RELAXED) ? CLOCK_MONOTONIC : CLOCK_REALTIME;
+	    __atomic_load_n(&LC(c)->clock, __ATOMIC_RELAXED) ? CLOCK_MONOTONIC : CLOCK_REALTIME;
 	return cond_wait(c, m, clk, abs);
 }
 
@@ -314,15 +322,20 @@ EXPORT int pthread_cond_broadcast(pthread_cond_t *c)
 
 /* ---- rwlock ---- */
 
+/* The pthread object as pvrt's (the public calls) and as its layout (fields, inline paths). */
 static inline pvrt_rwlock_t *PR(pthread_rwlock_t *rw)
 {
 	return (pvrt_rwlock_t *)(void *)rw;
+}
+static inline lk_rwlock_t *LR(pthread_rwlock_t *rw)
+{
+	return lk_rwlock_of(PR(rw));
 }
 
 static inline bool rw_foreign(pthread_rwlock_t *rw)
 {
 	/* Relaxed: set at init. */
-	return lk_unlikely(all_glibc || __atomic_load_n(&PR(rw)->shared, __ATOMIC_RELAXED) != 0);
+	return lk_unlikely(all_glibc || __atomic_load_n(&LR(rw)->shared, __ATOMIC_RELAXED) != 0);
 }
 
 EXPORT int pthread_rwlock_init(pthread_rwlock_t *rw, const pthread_rwlockattr_t *attr)
@@ -449,14 +462,19 @@ EXPORT int pthread_spin_unlock(pthread_spinlock_t *s)
 
 /* ---- barrier ---- */
 
+/* The pthread object as pvrt's (the public calls) and as its layout (fields, inline paths). */
 static inline pvrt_barrier_t *PB(pthread_barrier_t *b)
 {
 	return (pvrt_barrier_t *)(void *)b;
 }
+static inline lk_barrier_t *LB(pthread_barrier_t *b)
+{
+	return lk_barrier_of(PB(b));
+}
 
 static inline bool barrier_foreign(pthread_barrier_t *b)
 {
-	return lk_unlikely(all_glibc || __atomic_load_n(&PB(b)->shared, __ATOMIC_RELAXED) != 0);
+	return lk_unlikely(all_glibc || __atomic_load_n(&LB(b)->shared, __ATOMIC_RELAXED) != 0);
 }
 
 EXPORT int pthread_barrier_init(pthread_barrier_t *b, const pthread_barrierattr_t *attr,
@@ -930,7 +948,7 @@ EXPORT int sem_getvalue(sem_t *s, int *v)
 static int sem_wait_ult(pvrt_sem_t *p, clockid_t clk, const struct timespec *abs)
 {
 	bool cancellable = rt_mn_cancel_enter();
-	return sem_ret(-rt_mn_cancel_leave(-lk_sem_wait(p, clk, abs, cancellable)));
+	return sem_ret(-rt_mn_cancel_leave(-lk_sem_wait(lk_sem_of(p), clk, abs, cancellable)));
 }
 
 EXPORT int sem_wait(sem_t *s)

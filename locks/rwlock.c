@@ -27,33 +27,35 @@
 #define READER 2u
 #define C      PVRT_LOCK_RWLOCK
 
-_Static_assert(sizeof(pvrt_rwlock_t) == 56, "pvrt_rwlock_t must fit glibc's pthread_rwlock_t");
-_Static_assert(offsetof(pvrt_rwlock_t, shared) == 28, "glibc's __shared offset");
-_Static_assert(offsetof(pvrt_rwlock_t, flags) == 48, "glibc's __flags offset");
-_Static_assert(offsetof(pvrt_rwlock_t, writer) == 24, "glibc's __cur_writer offset");
+_Static_assert(sizeof(lk_rwlock_t) == 56, "lk_rwlock_t must fit glibc's pthread_rwlock_t");
+_Static_assert(offsetof(lk_rwlock_t, shared) == 28, "glibc's __shared offset");
+_Static_assert(offsetof(lk_rwlock_t, flags) == 48, "glibc's __flags offset");
+_Static_assert(offsetof(lk_rwlock_t, writer) == 24, "glibc's __cur_writer offset");
 
-int pvrt_rwlock_init(pvrt_rwlock_t *rw, int pref)
+int pvrt_rwlock_init(pvrt_rwlock_t *prw, int pref)
 {
+	lk_rwlock_t *rw = lk_rwlock_of(prw);
 	if (pref < PVRT_RWLOCK_PREFER_READER || pref > PVRT_RWLOCK_PREFER_WRITER_NONRECURSIVE)
 		return -EINVAL;
-	*rw = (pvrt_rwlock_t){.flags = (uint32_t)pref};
+	*rw = (lk_rwlock_t){.flags = (uint32_t)pref};
 	return 0;
 }
 
-int pvrt_rwlock_destroy(pvrt_rwlock_t *rw)
+int pvrt_rwlock_destroy(pvrt_rwlock_t *prw)
 {
+	lk_rwlock_t *rw = lk_rwlock_of(prw);
 	(void)rw; /* glibc's destroy neither checks nor waits */
 	return 0;
 }
 
-static inline bool writer_pref(const pvrt_rwlock_t *rw)
+static inline bool writer_pref(const lk_rwlock_t *rw)
 {
 	return __atomic_load_n(&rw->flags, __ATOMIC_RELAXED) ==
 	       PVRT_RWLOCK_PREFER_WRITER_NONRECURSIVE;
 }
 
 /* May a reader enter given state s? (Writer preference: not while a writer waits.) */
-static inline bool reader_may_enter(pvrt_rwlock_t *rw, uint32_t s)
+static inline bool reader_may_enter(lk_rwlock_t *rw, uint32_t s)
 {
 	if (s & WRITER)
 		return false;
@@ -61,7 +63,7 @@ static inline bool reader_may_enter(pvrt_rwlock_t *rw, uint32_t s)
 }
 
 /* Is spinning on this state worthwhile (a writer holds it and its vCPU runs)? */
-static inline bool spin_worth(pvrt_rwlock_t *rw, uint32_t s, pvhint_t *h, bool *cut)
+static inline bool spin_worth(lk_rwlock_t *rw, uint32_t s, pvhint_t *h, bool *cut)
 {
 	if ((s & WRITER) &&
 	    lk_vcpu1_preempted(h, __atomic_load_n(&rw->writer_vcpu, __ATOMIC_RELAXED))) {
@@ -79,7 +81,7 @@ struct contender {
 };
 
 /* One round of contention on state s: true to retry at once (spinning), false to park. */
-static bool contend_spin(pvrt_rwlock_t *rw, uint32_t s, struct contender *cw)
+static bool contend_spin(lk_rwlock_t *rw, uint32_t s, struct contender *cw)
 {
 	if (!cw->contended) {
 		cw->contended = true;
@@ -104,7 +106,7 @@ static bool contend_spin(pvrt_rwlock_t *rw, uint32_t s, struct contender *cw)
 }
 
 /* abs: the deadline on clk, or NULL to wait without one. */
-static int rdlock_common(pvrt_rwlock_t *rw, clockid_t clk, const struct timespec *abs)
+static int rdlock_common(lk_rwlock_t *rw, clockid_t clk, const struct timespec *abs)
 {
 	if ((__atomic_load_n(&rw->state, __ATOMIC_RELAXED) & WRITER) &&
 	    __atomic_load_n(&rw->writer, __ATOMIC_RELAXED) == lk_self_id(lk_self_ult()))
@@ -143,7 +145,7 @@ static int rdlock_common(pvrt_rwlock_t *rw, clockid_t clk, const struct timespec
 }
 
 /* A writer gave up waiting: readers held back by writer preference may go now. */
-static void writer_left(pvrt_rwlock_t *rw)
+static void writer_left(lk_rwlock_t *rw)
 {
 	__atomic_fetch_sub(&rw->nwwait, 1, __ATOMIC_SEQ_CST);
 	if (writer_pref(rw) && __atomic_load_n(&rw->nrwait, __ATOMIC_SEQ_CST)) {
@@ -153,7 +155,7 @@ static void writer_left(pvrt_rwlock_t *rw)
 }
 
 /* abs: the deadline on clk, or NULL to wait without one. */
-static int wrlock_common(pvrt_rwlock_t *rw, clockid_t clk, const struct timespec *abs)
+static int wrlock_common(lk_rwlock_t *rw, clockid_t clk, const struct timespec *abs)
 {
 	struct pvrt_ult *u = lk_self_ult();
 	int tid = lk_self_id(u);
@@ -192,33 +194,38 @@ static int wrlock_common(pvrt_rwlock_t *rw, clockid_t clk, const struct timespec
 	}
 }
 
-int pvrt_rwlock_rdlock(pvrt_rwlock_t *rw)
+int pvrt_rwlock_rdlock(pvrt_rwlock_t *prw)
 {
+	lk_rwlock_t *rw = lk_rwlock_of(prw);
 	return rdlock_common(rw, CLOCK_MONOTONIC, NULL);
 }
 
-int pvrt_rwlock_wrlock(pvrt_rwlock_t *rw)
+int pvrt_rwlock_wrlock(pvrt_rwlock_t *prw)
 {
+	lk_rwlock_t *rw = lk_rwlock_of(prw);
 	return wrlock_common(rw, CLOCK_MONOTONIC, NULL);
 }
 
-int pvrt_rwlock_timedrdlock(pvrt_rwlock_t *rw, clockid_t clk, const struct timespec *abstime)
+int pvrt_rwlock_timedrdlock(pvrt_rwlock_t *prw, clockid_t clk, const struct timespec *abstime)
 {
+	lk_rwlock_t *rw = lk_rwlock_of(prw);
 	/* glibc checks clock and timespec before anything else. */
 	if (!lk_valid_clock(clk) || !abstime || !os_timespec_valid(abstime))
 		return -EINVAL;
 	return rdlock_common(rw, clk, abstime);
 }
 
-int pvrt_rwlock_timedwrlock(pvrt_rwlock_t *rw, clockid_t clk, const struct timespec *abstime)
+int pvrt_rwlock_timedwrlock(pvrt_rwlock_t *prw, clockid_t clk, const struct timespec *abstime)
 {
+	lk_rwlock_t *rw = lk_rwlock_of(prw);
 	if (!lk_valid_clock(clk) || !abstime || !os_timespec_valid(abstime))
 		return -EINVAL;
 	return wrlock_common(rw, clk, abstime);
 }
 
-int pvrt_rwlock_tryrdlock(pvrt_rwlock_t *rw)
+int pvrt_rwlock_tryrdlock(pvrt_rwlock_t *prw)
 {
+	lk_rwlock_t *rw = lk_rwlock_of(prw);
 	uint32_t s = __atomic_load_n(&rw->state, __ATOMIC_RELAXED);
 	for (;;) {
 		if (!reader_may_enter(rw, s))
@@ -234,8 +241,9 @@ int pvrt_rwlock_tryrdlock(pvrt_rwlock_t *rw)
 	return 0;
 }
 
-int pvrt_rwlock_trywrlock(pvrt_rwlock_t *rw)
+int pvrt_rwlock_trywrlock(pvrt_rwlock_t *prw)
 {
+	lk_rwlock_t *rw = lk_rwlock_of(prw);
 	uint32_t s = 0;
 	/* Acquire: as in wrlock_common. */
 	if (!__atomic_compare_exchange_n(&rw->state, &s, WRITER, false, __ATOMIC_ACQUIRE,
@@ -248,8 +256,9 @@ int pvrt_rwlock_trywrlock(pvrt_rwlock_t *rw)
 	return 0;
 }
 
-int pvrt_rwlock_unlock(pvrt_rwlock_t *rw)
+int pvrt_rwlock_unlock(pvrt_rwlock_t *prw)
 {
+	lk_rwlock_t *rw = lk_rwlock_of(prw);
 	uint32_t s = __atomic_load_n(&rw->state, __ATOMIC_RELAXED);
 	bool was_writer = false;
 	if (s & WRITER) {

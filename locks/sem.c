@@ -15,11 +15,12 @@
 
 #define C PVRT_LOCK_SEM
 
-int pvrt_sem_init(pvrt_sem_t *s, unsigned value)
+int pvrt_sem_init(pvrt_sem_t *ps, unsigned value)
 {
+	lk_sem_t *s = lk_sem_of(ps);
 	if (value > PVRT_SEM_VALUE_MAX)
 		return -EINVAL;
-	*s = (pvrt_sem_t){.value = value};
+	*s = (lk_sem_t){.value = value};
 	return 0;
 }
 
@@ -29,8 +30,9 @@ int pvrt_sem_destroy(pvrt_sem_t *s)
 	return 0;
 }
 
-int pvrt_sem_post(pvrt_sem_t *s)
+int pvrt_sem_post(pvrt_sem_t *ps)
 {
+	lk_sem_t *s = lk_sem_of(ps);
 	uint32_t v = __atomic_load_n(&s->value, __ATOMIC_RELAXED);
 	do {
 		if (v >= PVRT_SEM_VALUE_MAX)
@@ -43,7 +45,7 @@ int pvrt_sem_post(pvrt_sem_t *s)
 	return 0;
 }
 
-int pvrt_sem_trywait(pvrt_sem_t *s)
+static int sem_trywait(lk_sem_t *s)
 {
 	uint32_t v = __atomic_load_n(&s->value, __ATOMIC_RELAXED);
 	while (v > 0) {
@@ -57,20 +59,25 @@ int pvrt_sem_trywait(pvrt_sem_t *s)
 	return -EAGAIN;
 }
 
-int lk_sem_wait(pvrt_sem_t *s, clockid_t clk, const struct timespec *abs, bool cancellable)
+int pvrt_sem_trywait(pvrt_sem_t *s)
 {
-	if (pvrt_sem_trywait(s) == 0)
+	return sem_trywait(lk_sem_of(s));
+}
+
+int lk_sem_wait(lk_sem_t *s, clockid_t clk, const struct timespec *abs, bool cancellable)
+{
+	if (sem_trywait(s) == 0)
 		return 0;
 	lk_stat(C, LK_CONTENDED);
 	struct lk_spin sp;
 	lk_spin_init(&sp, LK_SPIN_BLIND_NS);
 	while (lk_spin_more(&sp))
-		if (pvrt_sem_trywait(s) == 0)
+		if (sem_trywait(s) == 0)
 			return 0;
 	if (abs && !os_timespec_valid(abs))
 		return -EINVAL;
 	for (;;) {
-		if (pvrt_sem_trywait(s) == 0)
+		if (sem_trywait(s) == 0)
 			return 0;
 		if (abs && abs->tv_sec < 0)
 			return -ETIMEDOUT;
@@ -83,24 +90,27 @@ int lk_sem_wait(pvrt_sem_t *s, clockid_t clk, const struct timespec *abs, bool c
 		if (r == -ECANCELED)
 			return r; /* took nothing: no post to pass on */
 		if (r == -ETIMEDOUT || r == -EINVAL)
-			return pvrt_sem_trywait(s) == 0 ? 0 : r;
+			return sem_trywait(s) == 0 ? 0 : r;
 	}
 }
 
-int pvrt_sem_wait(pvrt_sem_t *s)
+int pvrt_sem_wait(pvrt_sem_t *ps)
 {
+	lk_sem_t *s = lk_sem_of(ps);
 	return lk_sem_wait(s, CLOCK_MONOTONIC, NULL, false);
 }
 
-int pvrt_sem_timedwait(pvrt_sem_t *s, clockid_t clk, const struct timespec *abstime)
+int pvrt_sem_timedwait(pvrt_sem_t *ps, clockid_t clk, const struct timespec *abstime)
 {
+	lk_sem_t *s = lk_sem_of(ps);
 	if (!lk_valid_clock(clk) || !abstime)
 		return -EINVAL;
 	return lk_sem_wait(s, clk, abstime, false);
 }
 
-int pvrt_sem_getvalue(pvrt_sem_t *s, int *out)
+int pvrt_sem_getvalue(pvrt_sem_t *ps, int *out)
 {
+	lk_sem_t *s = lk_sem_of(ps);
 	*out = (int)__atomic_load_n(&s->value, __ATOMIC_RELAXED);
 	return 0;
 }

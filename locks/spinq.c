@@ -13,17 +13,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-static __thread struct pvrt_spinq_node *lk_spinq_mine __attribute__((tls_model("initial-exec")));
+static __thread struct lk_sqnode *lk_spinq_mine __attribute__((tls_model("initial-exec")));
 
 static uint32_t pool_lock; /* lk_ilock */
-static struct pvrt_spinq_node *pool;
+static struct lk_sqnode *pool;
 static pthread_key_t exit_key;
 static pthread_once_t exit_once = PTHREAD_ONCE_INIT;
 static bool exit_key_ok;
 
 static void node_release(void *p)
 {
-	struct pvrt_spinq_node *n = p;
+	struct lk_sqnode *n = p;
 	/* The thread is exiting, outside any lock call: n is in no queue. */
 	lk_ilock(&pool_lock);
 	n->pool = pool;
@@ -48,16 +48,16 @@ void lk_spinq_atfork_child(void)
 		__atomic_store_n(&lk_spinq_mine->gen, lk_gen(), __ATOMIC_RELAXED);
 }
 
-static struct pvrt_spinq_node *node_alloc(void)
+static struct lk_sqnode *node_alloc(void)
 {
 	pthread_once(&exit_once, exit_key_create);
 	lk_ilock(&pool_lock);
-	struct pvrt_spinq_node *n = pool;
+	struct lk_sqnode *n = pool;
 	if (n)
 		pool = n->pool;
 	lk_iunlock(&pool_lock);
 	if (!n) {
-		n = aligned_alloc(_Alignof(struct pvrt_spinq_node), sizeof(*n));
+		n = aligned_alloc(_Alignof(struct lk_sqnode), sizeof(*n));
 		if (!n)
 			return NULL; /* the caller parks without spinning */
 		memset(n, 0, sizeof(*n));
@@ -73,11 +73,11 @@ static struct pvrt_spinq_node *node_alloc(void)
 	return n;
 }
 
-__attribute__((noinline)) struct pvrt_spinq_node *lk_spinq_node(void)
+__attribute__((noinline)) struct lk_sqnode *lk_spinq_node(void)
 {
 	/* The empty asm keeps the compiler from treating this as pure and reusing an old result
 	 * after a ULT switch (see spinq.h). */
 	__asm__ volatile("" ::: "memory");
-	struct pvrt_spinq_node *n = lk_spinq_mine;
+	struct lk_sqnode *n = lk_spinq_mine;
 	return lk_likely(n != NULL) ? n : node_alloc();
 }

@@ -46,18 +46,18 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-struct pvrt_spinq_node {
-	struct pvrt_spinq_node *next; /* successor, set by it when it queues */
-	struct pvrt_spinq_node *prev; /* predecessor; rewritten when that one leaves */
-	uint32_t locked;	      /* set by the predecessor leaving: we are the head */
-	uint32_t vcpu1;		      /* our vCPU + 1 while queued (0 unknown): for the successor */
-	struct pvrt_spinq_node *pool; /* free-list link (spinq.c) */
-	uint32_t gen;		      /* its thread's fork generation (lk_fork_gen) */
+struct lk_sqnode {
+	struct lk_sqnode *next; /* successor, set by it when it queues */
+	struct lk_sqnode *prev; /* predecessor; rewritten when that one leaves */
+	uint32_t locked;	/* set by the predecessor leaving: we are the head */
+	uint32_t vcpu1;		/* our vCPU + 1 while queued (0 unknown): for the successor */
+	struct lk_sqnode *pool; /* free-list link (spinq.c) */
+	uint32_t gen;		/* its thread's fork generation (lk_fork_gen) */
 } __attribute__((aligned(64)));
 
 /* The calling kernel thread's node (allocated on first use); NULL when out of memory. Not
  * inline: see the ULT note above. */
-struct pvrt_spinq_node *lk_spinq_node(void);
+struct lk_sqnode *lk_spinq_node(void);
 
 #define SQ_LOAD(p)     __atomic_load_n(p, __ATOMIC_SEQ_CST)
 #define SQ_STORE(p, v) __atomic_store_n(p, v, __ATOMIC_SEQ_CST)
@@ -81,16 +81,15 @@ static inline void sq_handshake_pause(unsigned *polls)
  * detached from n and returned. A successor that swapped itself into the tail links itself
  * right away, unless it is descheduled in between (see the file comment).
  */
-static inline struct pvrt_spinq_node *lk_spinq_wait_next(struct pvrt_spinq_node **tail,
-							 struct pvrt_spinq_node *n,
-							 struct pvrt_spinq_node *prev)
+static inline struct lk_sqnode *lk_spinq_wait_next(struct lk_sqnode **tail, struct lk_sqnode *n,
+						   struct lk_sqnode *prev)
 {
 	for (unsigned polls = 0;; sq_handshake_pause(&polls)) {
-		struct pvrt_spinq_node *e = n;
+		struct lk_sqnode *e = n;
 		if (SQ_LOAD(tail) == n && SQ_CAS(tail, &e, prev))
 			return NULL; /* nobody behind us: the queue ends at prev now */
 		if (SQ_LOAD(&n->next)) {
-			struct pvrt_spinq_node *next = SQ_XCHG(&n->next, NULL);
+			struct lk_sqnode *next = SQ_XCHG(&n->next, NULL);
 			if (next)
 				return next;
 		}
@@ -103,13 +102,13 @@ static inline struct pvrt_spinq_node *lk_spinq_wait_next(struct pvrt_spinq_node 
  * queue cannot move past a spinner that does not run. Returns true as the head (call
  * lk_spinq_unlock when done spinning), false after leaving the queue.
  */
-static inline bool lk_spinq_lock(struct pvrt_spinq_node **tail, struct pvrt_spinq_node *n,
-				 uint32_t vcpu1, pvhint_t *h, bool (*give_up)(void *), void *arg)
+static inline bool lk_spinq_lock(struct lk_sqnode **tail, struct lk_sqnode *n, uint32_t vcpu1,
+				 pvhint_t *h, bool (*give_up)(void *), void *arg)
 {
 	SQ_STORE(&n->next, NULL);
 	SQ_STORE(&n->locked, 0);
 	SQ_STORE(&n->vcpu1, vcpu1);
-	struct pvrt_spinq_node *prev = SQ_XCHG(tail, n);
+	struct lk_sqnode *prev = SQ_XCHG(tail, n);
 	if (!prev)
 		return true;
 	SQ_STORE(&n->prev, prev);
@@ -119,7 +118,7 @@ static inline bool lk_spinq_lock(struct pvrt_spinq_node **tail, struct pvrt_spin
 		if (SQ_LOAD(&n->locked))
 			return true;
 		/* Relaxed: the predecessor's vCPU is a hint; a stale value costs one decision. */
-		struct pvrt_spinq_node *p = SQ_LOAD_RELAXED(&n->prev);
+		struct lk_sqnode *p = SQ_LOAD_RELAXED(&n->prev);
 		/* A predecessor left by a parent thread at fork never moves: we are the head. */
 		if (lk_unlikely(SQ_LOAD_RELAXED(&p->gen) != lk_gen()))
 			return true;
@@ -130,7 +129,7 @@ static inline bool lk_spinq_lock(struct pvrt_spinq_node **tail, struct pvrt_spin
 
 	/* Step A: unlink from the predecessor, unless it is handing the head to us right now. */
 	for (unsigned polls = 0;; sq_handshake_pause(&polls)) {
-		struct pvrt_spinq_node *e = n;
+		struct lk_sqnode *e = n;
 		if (SQ_LOAD(&prev->next) == n && SQ_CAS(&prev->next, &e, NULL))
 			break;
 		/* The predecessor took n off its 'next' to make us the head: we are. */
@@ -140,7 +139,7 @@ static inline bool lk_spinq_lock(struct pvrt_spinq_node **tail, struct pvrt_spin
 		prev = SQ_LOAD(&n->prev);
 	}
 	/* Step B: nobody points at n now; find our successor, or move the tail back to prev. */
-	struct pvrt_spinq_node *next = lk_spinq_wait_next(tail, n, prev);
+	struct lk_sqnode *next = lk_spinq_wait_next(tail, n, prev);
 	if (!next)
 		return false;
 	/* Step C: link the successor to our predecessor. */
@@ -150,12 +149,12 @@ static inline bool lk_spinq_lock(struct pvrt_spinq_node **tail, struct pvrt_spin
 }
 
 /* The head is done spinning: make the next node the head. */
-static inline void lk_spinq_unlock(struct pvrt_spinq_node **tail, struct pvrt_spinq_node *n)
+static inline void lk_spinq_unlock(struct lk_sqnode **tail, struct lk_sqnode *n)
 {
-	struct pvrt_spinq_node *e = n;
+	struct lk_sqnode *e = n;
 	if (SQ_CAS(tail, &e, NULL))
 		return; /* alone */
-	struct pvrt_spinq_node *next = SQ_XCHG(&n->next, NULL);
+	struct lk_sqnode *next = SQ_XCHG(&n->next, NULL);
 	if (!next)
 		next = lk_spinq_wait_next(tail, n, NULL);
 	if (next)

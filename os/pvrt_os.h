@@ -151,7 +151,7 @@ static inline void os_cpu_relax(void)
 /* Give this kernel thread's CPU to another runnable thread: the system call itself, never the
  * symbol sched_yield, which M:N mode interposes (runtime/mn.c) with a ULT yield that enters the
  * runtime. The runtime's own waits for another kernel thread (sysmon mid-decision, a hint writer
- * mid-update) must not re-enter it: a wait inside pvrt_m_lost recursed through that wrapper until
+ * mid-update) must not re-enter it: a wait inside rt_m_lost recursed through that wrapper until
  * the ULT's stack overflowed. errno untouched. */
 static inline void os_yield(void)
 {

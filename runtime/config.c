@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Configuration: the fields of struct pvrt_config and the PVRT_* environment variables, checked
- * and turned into the settings pvrt_init() applies (struct pvrt_settings).
+ * and turned into the settings pvrt_init() applies (struct rt_settings).
  */
 #define _GNU_SOURCE
 #include "internal.h"
@@ -92,43 +92,42 @@ static int parse_ns_off(int64_t given, const char *name, uint64_t def, uint64_t 
 		if (!strcmp(e, "off"))
 			*out = 0;
 		else if (parse_u64(e, out, false))
-			return pvrt_failf(-EINVAL, "%s: '%s' is not a number of ns (or 0, off)",
-					  name, e);
+			return rt_failf(-EINVAL, "%s: '%s' is not a number of ns (or 0, off)", name,
+					e);
 	}
 	if (given < -1 || (*out && (*out < min || *out > 10000000000ull)))
-		return pvrt_failf(-EINVAL, "%s: out of range (%s)", name,
-				  min == 100000 ? "100 us .. 10 s, or 0/off"
-						: "50 us .. 10 s, or 0/off");
+		return rt_failf(-EINVAL, "%s: out of range (%s)", name,
+				min == 100000 ? "100 us .. 10 s, or 0/off"
+					      : "50 us .. 10 s, or 0/off");
 	return 0;
 }
 
-int pvrt_configure(const struct pvrt_config *c, struct pvrt_settings *s)
+int rt_configure(const struct pvrt_config *c, struct rt_settings *s)
 {
 	struct pvrt_config z;
 	if (!c) {
 		pvrt_config_init(&z);
 	} else {
 		if (c->size < sizeof(c->size))
-			return pvrt_fail(-EINVAL, "pvrt_init: config not initialised "
-						  "(pvrt_config_init or PVRT_CONFIG_INIT)");
+			return rt_fail(-EINVAL, "pvrt_init: config not initialised "
+						"(pvrt_config_init or PVRT_CONFIG_INIT)");
 		os_sized_in(&z, sizeof(z), c, c->size); /* fields past the program's: default */
 	}
 	c = &z;
 	cpu_set_t mask, want;
 	if (sched_getaffinity(0, sizeof(mask), &mask))
-		return pvrt_fail(-errno, "pvrt_init: cannot read the affinity mask");
+		return rt_fail(-errno, "pvrt_init: cannot read the affinity mask");
 	const char *cpus = env_or(c->cpus, "PVRT_CPUS");
 	if (cpus) {
 		if (parse_cpus(cpus, &want))
-			return pvrt_failf(
-			    -EINVAL, "PVRT_CPUS: bad CPU list '%s' (e.g. \"0-3,6\")%s", cpus, "");
+			return rt_failf(-EINVAL, "PVRT_CPUS: bad CPU list '%s' (e.g. \"0-3,6\")%s",
+					cpus, "");
 		for (int i = 0; i < CPU_SETSIZE; i++)
 			if (CPU_ISSET(i, &want) && !CPU_ISSET(i, &mask))
-				return pvrt_failf(
-				    -EINVAL,
-				    "PVRT_CPUS: '%s' names a CPU outside the process's "
-				    "affinity mask%s",
-				    cpus, "");
+				return rt_failf(-EINVAL,
+						"PVRT_CPUS: '%s' names a CPU outside the process's "
+						"affinity mask%s",
+						cpus, "");
 	} else {
 		want = mask;
 	}
@@ -137,57 +136,57 @@ int pvrt_configure(const struct pvrt_config *c, struct pvrt_settings *s)
 		if (CPU_ISSET(i, &want))
 			s->cpus[s->ncpus++] = i;
 	if (!s->ncpus)
-		return pvrt_fail(-EINVAL, "PVRT_CPUS: no CPU selected");
+		return rt_fail(-EINVAL, "PVRT_CPUS: no CPU selected");
 
 	s->nw = c->workers;
 	const char *e;
 	if (!s->nw && (e = env_or(NULL, "PVRT_WORKERS"))) {
 		uint64_t v;
 		if (parse_u64(e, &v, false) || v < 1 || v > PVRT_MAX_WORKERS)
-			return pvrt_failf(-EINVAL, "PVRT_WORKERS: '%s' is not a number in 1..%s", e,
-					  "256");
+			return rt_failf(-EINVAL, "PVRT_WORKERS: '%s' is not a number in 1..%s", e,
+					"256");
 		s->nw = (unsigned)v;
 	}
 	if (!s->nw)
 		s->nw = s->ncpus;
 	if (s->nw > PVRT_MAX_WORKERS)
-		return pvrt_fail(-EINVAL, "pvrt_init: workers must be in 1..256");
+		return rt_fail(-EINVAL, "pvrt_init: workers must be in 1..256");
 
-	size_t ps = pvrt_page_size();
+	size_t ps = rt_page_size();
 	uint64_t st = c->stack_size;
 	if (!st && (e = env_or(NULL, "PVRT_STACK_SIZE")) && (parse_u64(e, &st, true) || !st))
-		return pvrt_failf(
+		return rt_failf(
 		    -EINVAL, "PVRT_STACK_SIZE: '%s' is not a size (bytes, or with k/m)%s", e, "");
 	if (!st)
 		st = 64 * 1024;
 	if (st < PVRT_STACK_MIN || st > PVRT_STACK_MAX)
-		return pvrt_fail(-EINVAL, "PVRT_STACK_SIZE: out of range (16 KiB .. 1 GiB)");
+		return rt_fail(-EINVAL, "PVRT_STACK_SIZE: out of range (16 KiB .. 1 GiB)");
 	s->stack = (st + ps - 1) / ps * ps + ps; /* usable size plus the guard page */
 
 	const char *pol = env_or(c->sched, "PVRT_SCHED");
-	s->pol = pvrt_sched_find(pol);
+	s->pol = rt_sched_find(pol);
 	if (!s->pol)
-		return pvrt_failf(-EINVAL, "PVRT_SCHED: unknown policy '%s' (accepted: %s)", pol,
-				  pvrt_sched_names());
+		return rt_failf(-EINVAL, "PVRT_SCHED: unknown policy '%s' (accepted: %s)", pol,
+				rt_sched_names());
 
 	s->poll_min = c->poll_min_ns;
 	if (!s->poll_min && (e = env_or(NULL, "PVRT_POLL_MIN_NS")) &&
 	    parse_u64(e, &s->poll_min, false))
-		return pvrt_failf(-EINVAL, "PVRT_POLL_MIN_NS: '%s' is not a number of ns%s", e, "");
+		return rt_failf(-EINVAL, "PVRT_POLL_MIN_NS: '%s' is not a number of ns%s", e, "");
 	if (!s->poll_min)
 		s->poll_min = 10000;
 	s->poll_max = c->poll_max_ns;
 	bool max_given = s->poll_max != 0;
 	if (!max_given && (e = env_or(NULL, "PVRT_POLL_MAX_NS"))) {
 		if (parse_u64(e, &s->poll_max, false))
-			return pvrt_failf(-EINVAL, "PVRT_POLL_MAX_NS: '%s' is not a number of ns%s",
-					  e, "");
+			return rt_failf(-EINVAL, "PVRT_POLL_MAX_NS: '%s' is not a number of ns%s",
+					e, "");
 		max_given = true;
 	}
 	if (!max_given)
 		s->poll_max = 200000;
 	if (s->poll_max > 1000000000ull)
-		return pvrt_fail(-EINVAL, "PVRT_POLL_MAX_NS: at most 1 s");
+		return rt_fail(-EINVAL, "PVRT_POLL_MAX_NS: at most 1 s");
 	if (s->poll_min > s->poll_max)
 		s->poll_min = s->poll_max;
 
@@ -197,26 +196,25 @@ int pvrt_configure(const struct pvrt_config *c, struct pvrt_settings *s)
 	else if (!strcmp(tm, "eager"))
 		s->eager = 1;
 	else
-		return pvrt_failf(
-		    -EINVAL, "PVRT_TIMER: unknown mode '%s' (accepted: lazy, eager)%s", tm, "");
+		return rt_failf(-EINVAL, "PVRT_TIMER: unknown mode '%s' (accepted: lazy, eager)%s",
+				tm, "");
 	if (c->timer_slack_ns < -1 || c->timer_slack_ns > 1000000000)
-		return pvrt_fail(-EINVAL, "pvrt_init: timer_slack_ns must be -1 or 0..1 s");
+		return rt_fail(-EINVAL, "pvrt_init: timer_slack_ns must be -1 or 0..1 s");
 	s->ult_tls = c->ult_tls;
 	if (!s->ult_tls && (e = env_or(NULL, "PVRT_ULT_TLS"))) {
 		if (strcmp(e, "0") && strcmp(e, "1"))
-			return pvrt_failf(-EINVAL, "PVRT_ULT_TLS: '%s' is not 0 or 1%s", e, "");
+			return rt_failf(-EINVAL, "PVRT_ULT_TLS: '%s' is not 0 or 1%s", e, "");
 		s->ult_tls = *e == '1';
 	}
 	if (s->ult_tls) {
 #if defined(PVRT_ASAN) || defined(PVRT_TSAN)
 		/* The sanitizers keep their per-thread state in the thread's TLS. */
-		return pvrt_fail(-ENOTSUP,
-				 "pvrt_init: per-ULT TLS does not work under a sanitizer");
+		return rt_fail(-ENOTSUP, "pvrt_init: per-ULT TLS does not work under a sanitizer");
 #else
 		const char *why = NULL;
-		if (pvrt_tls_init(&why))
-			return pvrt_failf(-ENOSYS, "pvrt_init: per-ULT TLS: %s%s", why, "");
-		s->stack += pvrt_tls_reserve();
+		if (rt_tls_init(&why))
+			return rt_failf(-ENOSYS, "pvrt_init: per-ULT TLS: %s%s", why, "");
+		s->stack += rt_tls_reserve();
 #endif
 	}
 	s->slack = c->timer_slack_ns == -1 ? 0 : (uint64_t)c->timer_slack_ns;
@@ -224,8 +222,8 @@ int pvrt_configure(const struct pvrt_config *c, struct pvrt_settings *s)
 		s->slack = 50000;
 		if ((e = env_or(NULL, "PVRT_TIMER_SLACK_NS")) &&
 		    (parse_u64(e, &s->slack, false) || s->slack > 1000000000))
-			return pvrt_failf(
-			    -EINVAL, "PVRT_TIMER_SLACK_NS: '%s' is not a number of ns%s", e, "");
+			return rt_failf(-EINVAL,
+					"PVRT_TIMER_SLACK_NS: '%s' is not a number of ns%s", e, "");
 	}
 	/* Preemption: 10 ms, Go's forcePreemptNS (see README). TSan: off, see preempt.c. */
 	int r = parse_ns_off(c->slice_ns, "PVRT_SLICE_NS", 10000000, 100000, &s->slice);
@@ -237,7 +235,7 @@ int pvrt_configure(const struct pvrt_config *c, struct pvrt_settings *s)
 	/* valgrind's signal frames hold the whole guest state, thread pointer included: a ULT
 	 * preempted on one thread would return from the handler with that thread's TLS on another.
 	 */
-	if (pvrt_san_on_valgrind())
+	if (rt_san_on_valgrind())
 		s->slice = 0;
 	return parse_ns_off(c->handoff_ns, "PVRT_HANDOFF_NS", 1000000, 50000, &s->handoff);
 }

@@ -18,7 +18,7 @@
 
 /* ---------------------------------------------------------------- allocation */
 
-void *pvrt_alloc(size_t size)
+void *rt_alloc(size_t size)
 {
 #if defined(PVRT_ASAN) || defined(PVRT_TSAN)
 	void *p = NULL;
@@ -31,7 +31,7 @@ void *pvrt_alloc(size_t size)
 #endif
 }
 
-void pvrt_free(void *p, size_t size)
+void rt_free(void *p, size_t size)
 {
 	if (!p)
 		return;
@@ -47,14 +47,14 @@ void pvrt_free(void *p, size_t size)
 
 #define CHUNK_ULTS 64
 
-struct pvrt_chunk {
-	struct pvrt_chunk *next;
+struct rt_chunk {
+	struct rt_chunk *next;
 	unsigned n;
 	struct pvrt_ult u[CHUNK_ULTS];
 };
 
 /* Debuggers find every descriptor through this (tools/gdb/pvrt.py). */
-PVRT_HIDDEN struct pvrt_chunk *volatile pvrt_debug_chunks;
+PVRT_HIDDEN struct rt_chunk *volatile rt_debug_chunks;
 
 /*
  * Pools. A worker's pool is a list with its last element known; the global pool is a stack of
@@ -68,38 +68,38 @@ PVRT_HIDDEN struct pvrt_chunk *volatile pvrt_debug_chunks;
 static void gpool_push(struct pvrt_ult *first, struct pvrt_ult *last, unsigned n, unsigned ns)
 {
 	last->qnext = NULL;
-	first->batch_next = pvrt_rt.pool;
+	first->batch_next = rt_state.pool;
 	first->batch_last = last;
 	first->batch_n = n;
 	first->batch_ns = ns;
-	pvrt_rt.pool = first;
-	/* Atomic (under plock): pvrt_stacks_trim reads it without the lock. */
-	__atomic_fetch_add(&pvrt_rt.nstacks, ns, __ATOMIC_RELAXED);
+	rt_state.pool = first;
+	/* Atomic (under plock): rt_stacks_trim reads it without the lock. */
+	__atomic_fetch_add(&rt_state.nstacks, ns, __ATOMIC_RELAXED);
 }
 
 /* A new chunk's descriptors as a list; NULL without memory. Under plock. */
 static struct pvrt_ult *chunk_new(void)
 {
-	struct pvrt_chunk *c = pvrt_alloc(sizeof(*c));
+	struct rt_chunk *c = rt_alloc(sizeof(*c));
 	if (!c)
 		return NULL;
 	c->n = CHUNK_ULTS;
-	c->next = pvrt_rt.chunks;
-	pvrt_rt.chunks = c;
-	pvrt_debug_chunks = c;
+	c->next = rt_state.chunks;
+	rt_state.chunks = c;
+	rt_debug_chunks = c;
 	for (unsigned i = 0; i + 1 < CHUNK_ULTS; i++)
 		c->u[i].qnext = &c->u[i + 1];
 	c->u[CHUNK_ULTS - 1].qnext = NULL;
 	return &c->u[0];
 }
 
-__attribute__((noinline)) struct pvrt_ult *pvrt_desc_get_slow(struct pvrt_worker *w)
+__attribute__((noinline)) struct pvrt_ult *rt_desc_get_slow(struct rt_worker *w)
 {
-	pvrt_lock_acquire(&pvrt_rt.plock);
-	struct pvrt_ult *b = pvrt_rt.pool, *u;
+	rt_lock_acquire(&rt_state.plock);
+	struct pvrt_ult *b = rt_state.pool, *u;
 	if (b) {
-		__atomic_fetch_sub(&pvrt_rt.nstacks, b->batch_ns, __ATOMIC_RELAXED);
-		pvrt_rt.pool = b->batch_next;
+		__atomic_fetch_sub(&rt_state.nstacks, b->batch_ns, __ATOMIC_RELAXED);
+		rt_state.pool = b->batch_next;
 		u = b;
 		if (w) { /* the whole batch: the rest is the worker's pool */
 			w->pool = b->qnext;
@@ -114,20 +114,21 @@ __attribute__((noinline)) struct pvrt_ult *pvrt_desc_get_slow(struct pvrt_worker
 		u = chunk_new();
 		if (u && w) {
 			w->pool = u->qnext;
-			w->pool_last = &pvrt_rt.chunks->u[CHUNK_ULTS - 1];
+			w->pool_last = &rt_state.chunks->u[CHUNK_ULTS - 1];
 			w->npool = CHUNK_ULTS - 1;
 			w->nstacks = 0;
 		} else if (u) {
-			gpool_push(u->qnext, &pvrt_rt.chunks->u[CHUNK_ULTS - 1], CHUNK_ULTS - 1, 0);
+			gpool_push(u->qnext, &rt_state.chunks->u[CHUNK_ULTS - 1], CHUNK_ULTS - 1,
+				   0);
 		}
 	}
-	pvrt_lock_release(&pvrt_rt.plock);
+	rt_lock_release(&rt_state.plock);
 	return u;
 }
 
 /* The worker's pool reached twice PVRT_POOL_LOCAL: all but the most recent PVRT_POOL_LOCAL go
  * to the global pool as one batch (the walk is over the recent, warm ones). */
-static __attribute__((noinline)) void pool_spill(struct pvrt_worker *w)
+static __attribute__((noinline)) void pool_spill(struct rt_worker *w)
 {
 	struct pvrt_ult *last = w->pool;
 	unsigned ks = last->stack != NULL;
@@ -141,12 +142,12 @@ static __attribute__((noinline)) void pool_spill(struct pvrt_worker *w)
 	w->pool_last = last;
 	w->npool = PVRT_POOL_LOCAL;
 	w->nstacks = ks;
-	pvrt_lock_acquire(&pvrt_rt.plock);
+	rt_lock_acquire(&rt_state.plock);
 	gpool_push(first, end, n, ns);
-	pvrt_lock_release(&pvrt_rt.plock);
+	rt_lock_release(&rt_state.plock);
 }
 
-void pvrt_desc_put(struct pvrt_worker *w, struct pvrt_ult *u)
+void rt_desc_put(struct rt_worker *w, struct pvrt_ult *u)
 {
 	/* Relaxed: a stale ring entry may read the state concurrently; any value but READY makes
 	 * its claim fail, and the next owner initialises the descriptor before it is published. */
@@ -162,38 +163,38 @@ void pvrt_desc_put(struct pvrt_worker *w, struct pvrt_ult *u)
 			pool_spill(w);
 		return;
 	}
-	pvrt_lock_acquire(&pvrt_rt.plock);
-	struct pvrt_ult *b = pvrt_rt.pool;
+	rt_lock_acquire(&rt_state.plock);
+	struct pvrt_ult *b = rt_state.pool;
 	if (b && b->batch_n < PVRT_POOL_LOCAL) { /* u becomes the top batch's first */
-		pvrt_rt.pool = b->batch_next;
-		__atomic_fetch_sub(&pvrt_rt.nstacks, b->batch_ns, __ATOMIC_RELAXED);
+		rt_state.pool = b->batch_next;
+		__atomic_fetch_sub(&rt_state.nstacks, b->batch_ns, __ATOMIC_RELAXED);
 		u->qnext = b;
 		gpool_push(u, b->batch_last, b->batch_n + 1, b->batch_ns + (u->stack != NULL));
 	} else {
 		gpool_push(u, u, 1, u->stack != NULL);
 	}
-	pvrt_lock_release(&pvrt_rt.plock);
+	rt_lock_release(&rt_state.plock);
 }
 
-void pvrt_pool_fini(void)
+void rt_pool_fini(void)
 {
-	struct pvrt_chunk *c = pvrt_rt.chunks;
+	struct rt_chunk *c = rt_state.chunks;
 	while (c) {
-		struct pvrt_chunk *n = c->next;
+		struct rt_chunk *n = c->next;
 		for (unsigned i = 0; i < c->n; i++) {
 			struct pvrt_ult *u = &c->u[i];
 			if (u->stack)
-				pvrt_stack_free(u->stack, u->stack_len, u->vg_id);
-			pvrt_san_fiber_destroy(&u->ctx.san);
+				rt_stack_free(u->stack, u->stack_len, u->vg_id);
+			rt_san_fiber_destroy(&u->ctx.san);
 		}
-		pvrt_free(c, sizeof(*c));
+		rt_free(c, sizeof(*c));
 		c = n;
 	}
-	pvrt_rt.chunks = NULL;
-	pvrt_rt.pool = NULL;
-	pvrt_rt.nstacks = 0;
-	pvrt_rt.stacks_mapped = 0;
-	pvrt_debug_chunks = NULL;
+	rt_state.chunks = NULL;
+	rt_state.pool = NULL;
+	rt_state.nstacks = 0;
+	rt_state.stacks_mapped = 0;
+	rt_debug_chunks = NULL;
 }
 
 /* ---------------------------------------------------------------- stacks */
@@ -202,7 +203,7 @@ void pvrt_pool_fini(void)
  * A stack is one mapping: a PROT_NONE guard page at the bottom, then the usable part. Pages are
  * committed by the kernel on first touch (MAP_NORESERVE), so an 8 MiB stack costs what it uses.
  */
-int pvrt_stack_alloc(size_t len, size_t guard, void **out, unsigned *vg_id)
+int rt_stack_alloc(size_t len, size_t guard, void **out, unsigned *vg_id)
 {
 	void *p = mmap(NULL, len, PROT_READ | PROT_WRITE,
 		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
@@ -213,31 +214,31 @@ int pvrt_stack_alloc(size_t len, size_t guard, void **out, unsigned *vg_id)
 		munmap(p, len);
 		return -e;
 	}
-	pvrt_san_stack_fresh((char *)p + guard, len - guard);
-	*vg_id = pvrt_san_stack_register((char *)p + guard, (char *)p + len);
+	rt_san_stack_fresh((char *)p + guard, len - guard);
+	*vg_id = rt_san_stack_register((char *)p + guard, (char *)p + len);
 	*out = p;
 	return 0;
 }
 
-void pvrt_stack_free(void *stack, size_t len, unsigned vg_id)
+void rt_stack_free(void *stack, size_t len, unsigned vg_id)
 {
-	pvrt_san_stack_deregister(vg_id);
+	rt_san_stack_deregister(vg_id);
 	munmap(stack, len);
 }
 
 /* ULT stacks, counted (pvrt_stats.stacks). */
-int pvrt_ult_stack_alloc(size_t len, size_t guard, void **out, unsigned *vg_id)
+int rt_ult_stack_alloc(size_t len, size_t guard, void **out, unsigned *vg_id)
 {
-	int r = pvrt_stack_alloc(len, guard, out, vg_id);
+	int r = rt_stack_alloc(len, guard, out, vg_id);
 	if (!r)
-		__atomic_fetch_add(&pvrt_rt.stacks_mapped, 1, __ATOMIC_RELAXED);
+		__atomic_fetch_add(&rt_state.stacks_mapped, 1, __ATOMIC_RELAXED);
 	return r;
 }
 
-void pvrt_ult_stack_free(void *stack, size_t len, unsigned vg_id)
+void rt_ult_stack_free(void *stack, size_t len, unsigned vg_id)
 {
-	pvrt_stack_free(stack, len, vg_id);
-	__atomic_fetch_sub(&pvrt_rt.stacks_mapped, 1, __ATOMIC_RELAXED);
+	rt_stack_free(stack, len, vg_id);
+	__atomic_fetch_sub(&rt_state.stacks_mapped, 1, __ATOMIC_RELAXED);
 }
 
 static void stacks_free_list(struct pvrt_ult *u, unsigned keep)
@@ -249,27 +250,27 @@ static void stacks_free_list(struct pvrt_ult *u, unsigned keep)
 			keep--;
 			continue;
 		}
-		pvrt_ult_stack_free(u->stack, u->stack_len, u->vg_id);
+		rt_ult_stack_free(u->stack, u->stack_len, u->vg_id);
 		u->stack = NULL;
 		u->tp = NULL;
 	}
 }
 
-void pvrt_stacks_trim(struct pvrt_worker *w, bool global)
+void rt_stacks_trim(struct rt_worker *w, bool global)
 {
 	if (w->nstacks > PVRT_STACK_KEEP) {
 		stacks_free_list(w->pool, PVRT_STACK_KEEP);
 		w->nstacks = PVRT_STACK_KEEP;
 	}
-	if (!global || !__atomic_load_n(&pvrt_rt.nstacks, __ATOMIC_RELAXED))
+	if (!global || !__atomic_load_n(&rt_state.nstacks, __ATOMIC_RELAXED))
 		return;
 	/* Detach the batches so that creators (foreign threads) need not wait for the unmapping;
 	 * meanwhile they find the pool empty and allocate a chunk. */
-	pvrt_lock_acquire(&pvrt_rt.plock);
-	struct pvrt_ult *list = pvrt_rt.pool;
-	pvrt_rt.pool = NULL;
-	__atomic_store_n(&pvrt_rt.nstacks, 0, __ATOMIC_RELAXED);
-	pvrt_lock_release(&pvrt_rt.plock);
+	rt_lock_acquire(&rt_state.plock);
+	struct pvrt_ult *list = rt_state.pool;
+	rt_state.pool = NULL;
+	__atomic_store_n(&rt_state.nstacks, 0, __ATOMIC_RELAXED);
+	rt_lock_release(&rt_state.plock);
 	if (!list)
 		return;
 	struct pvrt_ult *last = list;
@@ -278,8 +279,8 @@ void pvrt_stacks_trim(struct pvrt_worker *w, bool global)
 		b->batch_ns = 0;
 		last = b;
 	}
-	pvrt_lock_acquire(&pvrt_rt.plock);
-	last->batch_next = pvrt_rt.pool;
-	pvrt_rt.pool = list;
-	pvrt_lock_release(&pvrt_rt.plock);
+	rt_lock_acquire(&rt_state.plock);
+	last->batch_next = rt_state.pool;
+	rt_state.pool = list;
+	rt_lock_release(&rt_state.plock);
 }

@@ -42,11 +42,11 @@ struct waiter {
 	uint32_t vcpu1;	      /* thread waiters: the vCPU + 1 it waited on; 0 unknown */
 	uint8_t skipped;      /* times rt_futex_wake_hinted passed it over */
 	bool queued;	      /* under the bucket lock */
-	struct pvrt_timer timer;
+	struct rt_timer timer;
 };
 
 struct bucket {
-	struct pvrt_lock lock;
+	struct rt_lock lock;
 	struct waiter *first, *last;
 } PVRT_ALIGNED;
 
@@ -109,28 +109,28 @@ static uint64_t ts_ns(const struct timespec *ts)
 }
 
 /* Runs on the timer's worker, under its heap lock (see the file comment). */
-static void waiter_timeout(struct pvrt_timer *t)
+static void waiter_timeout(struct rt_timer *t)
 {
 	struct waiter *wr = (struct waiter *)((char *)t - offsetof(struct waiter, timer));
 	struct bucket *b = bucket_of(wr->addr);
-	pvrt_lock_acquire(&b->lock);
+	rt_lock_acquire(&b->lock);
 	bool mine = wr->queued;
 	if (mine) {
 		dequeue(b, wr);
 		wr->result = -ETIMEDOUT;
 	}
 	struct pvrt_ult *u = wr->ult;
-	pvrt_lock_release(&b->lock);
+	rt_lock_release(&b->lock);
 	/* If not mine, a waker dequeued it and readies it; the record stays valid until the
 	 * ULT's timer_cancel gets the heap lock we hold. */
 	if (mine)
-		pvrt_ult_ready(u);
+		rt_ult_ready(u);
 }
 
-static void post_unlock(struct pvrt_worker *w, void *lock)
+static void post_unlock(struct rt_worker *w, void *lock)
 {
 	(void)w;
-	pvrt_lock_release(lock);
+	rt_lock_release(lock);
 }
 
 static int ult_wait(struct pvrt_ult *self, uint32_t *addr, uint32_t expected, clockid_t clk,
@@ -160,15 +160,15 @@ static int ult_wait(struct pvrt_ult *self, uint32_t *addr, uint32_t expected, cl
 		/* Added on our worker, which cannot run its timers before we have switched away.
 		 * Out of memory for the timer: return as a spurious wake-up (the caller re-checks
 		 * and waits again until the deadline passes) rather than block with no timeout. */
-		if (pvrt_timer_add(rt_tls_worker, &wr.timer))
+		if (rt_timer_add(rt_tls_worker, &wr.timer))
 			return 0;
 	}
-	pvrt_lock_acquire(&b->lock);
+	rt_lock_acquire(&b->lock);
 	/* Relaxed: ordered against the waker's store by the bucket lock (see the file comment). */
 	if (__atomic_load_n(addr, __ATOMIC_RELAXED) != expected) {
-		pvrt_lock_release(&b->lock);
+		rt_lock_release(&b->lock);
 		if (abstime)
-			pvrt_timer_cancel(&wr.timer);
+			rt_timer_cancel(&wr.timer);
 		return -EAGAIN;
 	}
 	enqueue(b, &wr);
@@ -178,18 +178,18 @@ static int ult_wait(struct pvrt_ult *self, uint32_t *addr, uint32_t expected, cl
 	__atomic_store_n(&self->wait_addr, addr, __ATOMIC_SEQ_CST);
 	if (cancellable && __atomic_load_n(&self->cancel, __ATOMIC_SEQ_CST)) {
 		dequeue(b, &wr);
-		pvrt_lock_release(&b->lock);
+		rt_lock_release(&b->lock);
 		__atomic_store_n(&self->wait_addr, NULL, __ATOMIC_RELAXED);
 		if (abstime)
-			pvrt_timer_cancel(&wr.timer);
+			rt_timer_cancel(&wr.timer);
 		return -ECANCELED;
 	}
 	__atomic_store_n(&self->state, ULT_BLOCKED, __ATOMIC_RELAXED);
 	/* Switch away still holding the bucket lock; the next context releases it. */
-	pvrt_ult_block(post_unlock, &b->lock);
+	rt_ult_block(post_unlock, &b->lock);
 	__atomic_store_n(&self->wait_addr, NULL, __ATOMIC_RELAXED);
 	if (abstime)
-		pvrt_timer_cancel(&wr.timer); /* waits out a timer firing concurrently */
+		rt_timer_cancel(&wr.timer); /* waits out a timer firing concurrently */
 	return wr.result;
 }
 
@@ -199,24 +199,24 @@ static int thread_wait(uint32_t *addr, uint32_t expected, clockid_t clk,
 	int v = pvhint_self_vcpu();
 	struct waiter wr = {.addr = addr, .vcpu1 = v >= 0 ? (uint32_t)v + 1 : 0};
 	struct bucket *b = bucket_of(addr);
-	pvrt_lock_acquire(&b->lock);
+	rt_lock_acquire(&b->lock);
 	if (__atomic_load_n(addr, __ATOMIC_RELAXED) != expected) {
-		pvrt_lock_release(&b->lock);
+		rt_lock_release(&b->lock);
 		return -EAGAIN;
 	}
 	enqueue(b, &wr);
-	pvrt_lock_release(&b->lock);
+	rt_lock_release(&b->lock);
 	for (;;) {
 		int r = os_futex_wait_abs(&wr.word, 0, clk, abstime);
 		/* Acquire pairs with the waker's release store: its earlier writes are visible. */
 		if (__atomic_load_n(&wr.word, __ATOMIC_ACQUIRE))
 			return 0;
 		if (r == -ETIMEDOUT || (r && r != -EAGAIN && r != -EINTR)) {
-			pvrt_lock_acquire(&b->lock);
+			rt_lock_acquire(&b->lock);
 			bool mine = wr.queued;
 			if (mine)
 				dequeue(b, &wr);
-			pvrt_lock_release(&b->lock);
+			rt_lock_release(&b->lock);
 			if (mine)
 				return r; /* -ETIMEDOUT, or the kernel's error */
 			/* A waker dequeued us and is about to store 1: wait for it. */
@@ -260,7 +260,7 @@ int rt_futex_wait_cancel(uint32_t *addr, uint32_t expected, clockid_t clk,
 static void wake_one(struct waiter *wr)
 {
 	if (wr->ult) {
-		pvrt_ult_ready(wr->ult);
+		rt_ult_ready(wr->ult);
 	} else {
 		uint32_t *word = &wr->word;
 		/* Release: the waiter sees what we did before waking it. After this store the
@@ -279,7 +279,7 @@ int rt_futex_wake(uint32_t *addr, int n)
 	struct bucket *b = bucket_of(addr);
 	struct waiter *list = NULL, **tail = &list;
 	int cnt = 0;
-	pvrt_lock_acquire(&b->lock);
+	rt_lock_acquire(&b->lock);
 	for (struct waiter *wr = b->first, *nx; wr && cnt < n; wr = nx) {
 		nx = wr->next;
 		if (wr->addr != addr)
@@ -290,7 +290,7 @@ int rt_futex_wake(uint32_t *addr, int n)
 		tail = &wr->next;
 		cnt++;
 	}
-	pvrt_lock_release(&b->lock);
+	rt_lock_release(&b->lock);
 	while (list) {
 		struct waiter *wr = list;
 		list = wr->next;
@@ -307,7 +307,7 @@ int rt_futex_wake_hinted(uint32_t *addr, const pvhint_t *h)
 	struct bucket *b = bucket_of(addr);
 	struct rt_wake_pick pick;
 	rt_wake_pick_init(&pick);
-	pvrt_lock_acquire(&b->lock);
+	rt_lock_acquire(&b->lock);
 	for (struct waiter *wr = b->first; wr; wr = wr->next)
 		if (wr->addr == addr && !rt_wake_pick_offer(&pick, h, wr, wr->vcpu1, wr->skipped))
 			break;
@@ -319,7 +319,7 @@ int rt_futex_wake_hinted(uint32_t *addr, const pvhint_t *h)
 				wr->skipped++;
 		dequeue(b, best);
 	}
-	pvrt_lock_release(&b->lock);
+	rt_lock_release(&b->lock);
 	if (!best)
 		return 0;
 	wake_one(best);
@@ -330,9 +330,9 @@ int rt_futex_nr_waiters(const uint32_t *addr)
 {
 	struct bucket *b = bucket_of(addr);
 	int n = 0;
-	pvrt_lock_acquire(&b->lock);
+	rt_lock_acquire(&b->lock);
 	for (struct waiter *wr = b->first; wr; wr = wr->next)
 		n += wr->addr == addr;
-	pvrt_lock_release(&b->lock);
+	rt_lock_release(&b->lock);
 	return n;
 }

@@ -48,16 +48,16 @@
  * (leaks, races), whereas jemalloc's uninstrumented recycling would make TSan report races on
  * reused memory and hide leaks from LeakSanitizer.
  */
-void *pvrt_alloc(size_t size); /* zeroed, cache-line aligned */
-void pvrt_free(void *p, size_t size);
+void *rt_alloc(size_t size); /* zeroed, cache-line aligned */
+void rt_free(void *p, size_t size);
 
 /* ---- contexts ---- */
-struct pvrt_ctxrec {
+struct rt_ctxrec {
 	void *sp; /* saved stack pointer while suspended */
-	struct pvrt_san san;
+	struct rt_san san;
 };
 
-enum pvrt_ult_state {
+enum rt_ult_state {
 	ULT_FREE = 0,  /* in a descriptor pool */
 	ULT_RUNNING,   /* running, or claimed by a worker about to run it */
 	ULT_READY,     /* in some worker's ring: whoever CASes READY->RUNNING runs it */
@@ -69,15 +69,15 @@ enum pvrt_ult_state {
 #define ULT_F_PRIMARY  1u
 #define ULT_F_DETACHED 2u
 
-struct pvrt_timer;
-struct pvrt_worker;
-struct pvrt_m;
+struct rt_timer;
+struct rt_worker;
+struct rt_m;
 
 struct pvrt_ult {
 	/* What create, the first run, exit and join touch comes first (under three cache lines of
 	 * the four): a batch of thousands of ULTs lives in the caches that much longer. */
-	struct pvrt_ctxrec ctx;
-	uint32_t state; /* enum pvrt_ult_state; atomic */
+	struct rt_ctxrec ctx;
+	uint32_t state; /* enum rt_ult_state; atomic */
 	uint32_t flags;
 	int bound;	 /* worker it must run on, or -1 */
 	int last;	 /* worker it last ran on, or -1 */
@@ -92,7 +92,7 @@ struct pvrt_ult {
 	size_t guard;	  /* guard bytes at the bottom of the mapping */
 	void *tp;	  /* own thread pointer (TCB, tls.c), NULL: the worker's */
 	uint64_t fpstate; /* until the first run (ctx.sp NULL): the creator's, for the frame */
-	struct pvrt_keyvals *keys;
+	struct rt_keyvals *keys;
 	struct pvrt_ult *qnext; /* injection list (TSan builds), pool free list */
 	unsigned vg_id;
 	/* Rarely used. */
@@ -116,9 +116,9 @@ struct pvrt_ult {
 
 /* A ring's entries; 'prev' chains the buffers it outgrew (freed at finalize: a thief may still
  * read one). */
-struct pvrt_ringbuf {
+struct rt_ringbuf {
 	uint64_t mask; /* capacity - 1 */
-	struct pvrt_ringbuf *prev;
+	struct rt_ringbuf *prev;
 	struct pvrt_ult *e[];
 };
 
@@ -129,43 +129,43 @@ struct pvrt_ringbuf {
  * allocator while the runtime runs). The owner doubles the buffer when it is full (as a
  * Chase-Lev deque grows), so a burst of N creates never spills into the injection queue.
  */
-struct pvrt_ring {
+struct rt_ring {
 	uint64_t head PVRT_ALIGNED;
 	uint64_t tail PVRT_ALIGNED;
-	struct pvrt_ringbuf *buf; /* atomic: the owner replaces it when it grows; NULL: none yet */
+	struct rt_ringbuf *buf; /* atomic: the owner replaces it when it grows; NULL: none yet */
 };
-void pvrt_ring_fini(struct pvrt_ring *r) PVRT_HIDDEN;
+void rt_ring_fini(struct rt_ring *r) PVRT_HIDDEN;
 
 /* The remote injection queue: any thread enqueues (wait-free); consumers hold 'lock'. */
-struct pvrt_inject {
+struct rt_inject {
 #if PVRT_INJECT_WFCQ
 	struct __cds_wfcq_head head;
 	struct cds_wfcq_tail tail PVRT_ALIGNED;
 #else
 	struct pvrt_ult *first, *last; /* under lock (TSan cannot see liburcu's inline asm) */
 #endif
-	struct pvrt_lock lock PVRT_ALIGNED;
+	struct rt_lock lock PVRT_ALIGNED;
 	uint32_t n; /* approximate length */
 };
 
 /* ---- timers ---- */
-struct pvrt_timer {
-	uint64_t deadline;		  /* CLOCK_MONOTONIC ns */
-	unsigned pos;			  /* 1-based heap index; 0: not queued */
-	uint32_t fired;			  /* set under the heap lock when it expired */
-	struct pvrt_worker *w;		  /* whose heap */
-	void (*fn)(struct pvrt_timer *t); /* called under the heap lock, on the heap's worker */
+struct rt_timer {
+	uint64_t deadline;		/* CLOCK_MONOTONIC ns */
+	unsigned pos;			/* 1-based heap index; 0: not queued */
+	uint32_t fired;			/* set under the heap lock when it expired */
+	struct rt_worker *w;		/* whose heap */
+	void (*fn)(struct rt_timer *t); /* called under the heap lock, on the heap's worker */
 };
 
 #define PVRT_STACK_KEEP 16 /* stacks a parking worker keeps in its pool (desc.c) */
 #define PVRT_POOL_LOCAL 128
 
-struct pvrt_worker {
+struct rt_worker {
 	/* Owner-only hot state. */
 	struct pvrt_ult *cur; /* running ULT, NULL in the scheduler context */
-	void (*post_fn)(struct pvrt_worker *w, void *arg); /* run by the next context, see ult.c */
+	void (*post_fn)(struct rt_worker *w, void *arg); /* run by the next context, see ult.c */
 	void *post_arg;
-	struct pvrt_ctxrec sched; /* the scheduler context */
+	struct rt_ctxrec sched; /* the scheduler context */
 	unsigned idx;
 	unsigned tick;	   /* scheduling decisions, to poll timers now and then */
 	unsigned inj_tick; /* local picks, to take the injection queue now and then */
@@ -178,8 +178,8 @@ struct pvrt_worker {
 	unsigned hot_vg;
 	uint64_t nid;
 
-	struct pvrt_ring ring;
-	struct pvrt_inject inj;
+	struct rt_ring ring;
+	struct rt_inject inj;
 
 	/* Idle and parking. */
 	uint32_t park_word PVRT_ALIGNED; /* futex: 1 parked (or about to), 0 running */
@@ -195,8 +195,8 @@ struct pvrt_worker {
 	uint64_t sigmask; /* the kernel thread's signal mask now (per-ULT TLS mode) */
 
 	/* Timers: a binary min-heap under 'tlock'. */
-	struct pvrt_lock tlock PVRT_ALIGNED;
-	struct pvrt_timer **heap;
+	struct rt_lock tlock PVRT_ALIGNED;
+	struct rt_timer **heap;
 	unsigned nheap, capheap;
 	uint64_t armed; /* programmed deadline (UINT64_MAX: none); see timer.c */
 
@@ -205,7 +205,7 @@ struct pvrt_worker {
 	uint64_t st_timer_adds, st_timer_arms, st_timer_fires;
 
 	/* Preemption and hand-off (sysmon.c, preempt.c). */
-	struct pvrt_m *owner; /* kernel thread running this worker's scheduler (sysmon hands it) */
+	struct rt_m *owner;   /* kernel thread running this worker's scheduler (sysmon hands it) */
 	uint64_t preempt_seq; /* sysmon's request: st_switches + 1 when sent, 0 none */
 	uint64_t sm_switches; /* sysmon's last sample of st_switches */
 	uint64_t sm_since;    /* when that sample first took this value */
@@ -216,37 +216,37 @@ struct pvrt_worker {
  * A kernel thread that can run a worker's scheduler: Go's M to the worker's P (sysmon.c). Workers'
  * own threads, the thread that called pvrt_init and spares created for hand-offs.
  */
-struct pvrt_m {
-	uint32_t inrt;		   /* runtime depth of the running context (pvrt_rt_enter) */
+struct rt_m {
+	uint32_t inrt;		   /* runtime depth of the running context (rt_enter) */
 	uint32_t insys;		   /* in an announced system call (pvrt_syscall_enter) */
 	uint32_t lost;		   /* 0, 1 sysmon is taking its worker, 2 taken (see sysmon.c) */
 	uint32_t park;		   /* futex word of a spare waiting for a worker */
 	uint32_t kicked;	   /* a preemption signal is on its way to this thread */
-	struct pvrt_worker *give;  /* worker given to this spare */
+	struct rt_worker *give;	   /* worker given to this spare */
 	struct pvrt_ult *lost_ult; /* the ULT it ran when its worker was taken */
 	struct pvrt_ult *post_ult; /* that ULT, readied by the home context */
-	struct pvrt_ctxrec home;   /* its scheduler context (saved there once it lost its worker) */
+	struct rt_ctxrec home;	   /* its scheduler context (saved there once it lost its worker) */
 	void *tp; /* its own thread pointer (M:N mode: the home context runs on it) */
 	pid_t tid;
 	int statfd;	/* /proc/thread-self/stat, read by sysmon; -1 */
 	int slot;	/* its thread slot (bpf hints): the record of a worker it runs */
 	int emu;	/* attached to the emulator (to its worker's vCPU, or parked) */
-	int emu_parked; /* parked there: it holds no worker (pvrt_m_emu_idle) */
+	int emu_parked; /* parked there: it holds no worker (rt_m_emu_idle) */
 	int main;	/* the thread that called pvrt_init: only ever takes worker 0 back */
 	int spare;	/* started by sysmon */
 	int reserve;	/* a spare started ahead of need: joins the spares list once set up */
 	pthread_t thread;
 	void *altstack;
-	struct pvrt_m *next; /* every M, under pvrt_rt.mlock */
-	struct pvrt_m *spare_next;
+	struct rt_m *next; /* every M, under rt_state.mlock */
+	struct rt_m *spare_next;
 } PVRT_ALIGNED;
 
-struct pvrt_rt {
+struct rt_state {
 	int running;
 	unsigned nw;
-	struct pvrt_worker **w;
-	const struct pvrt_sched_policy *pol;
-	struct pvrt_sched_view view;
+	struct rt_worker **w;
+	const struct rt_sched_policy *pol;
+	struct rt_sched_view view;
 	pvhint_t *hint;
 	int emu;
 	int slots;	   /* the hint records are thread slots (bpf): a worker's is its thread's */
@@ -263,11 +263,11 @@ struct pvrt_rt {
 	uint32_t nsearching PVRT_ALIGNED; /* workers halt-polling */
 	uint64_t foreign_ids;
 	/* Global descriptor pool and the chunks they live in. */
-	struct pvrt_lock plock PVRT_ALIGNED;
+	struct rt_lock plock PVRT_ALIGNED;
 	struct pvrt_ult *pool;	/* batches of free descriptors (desc.c) */
 	uint32_t nstacks;	/* descriptors in pool that hold a stack (plock; racy reads) */
 	uint64_t stacks_mapped; /* ULT stacks mapped now: running, pooled or hot (pvrt_stats) */
-	struct pvrt_chunk *chunks;
+	struct rt_chunk *chunks;
 	uint64_t foreign_rng[2];
 	int segv_installed;
 	struct sigaction old_segv;
@@ -279,8 +279,8 @@ struct pvrt_rt {
 	uint64_t handoff; /* hand a worker stuck this long in the kernel to a spare, ns; 0: off */
 	int preempt_anywhere; /* not only in the executable: ULTs own their TLS (M:N mode) */
 	int preempt_sig;
-	struct pvrt_lock mlock;
-	struct pvrt_m *ms, *spares, *main_m;
+	struct rt_lock mlock;
+	struct rt_m *ms, *spares, *main_m;
 	unsigned nspares;    /* atomic; written under mlock */
 	uint32_t spares_seq; /* futex: bumped when a spare joins the list */
 	uint32_t spawn_seq;  /* futex: bumped to wake the spawner (the list emptied, or stop) */
@@ -293,7 +293,7 @@ struct pvrt_rt {
 	int entry_fence;	       /* hand-offs on without membarrier: entries fence */
 };
 
-extern struct pvrt_rt pvrt_rt PVRT_HIDDEN;
+extern struct rt_state rt_state PVRT_HIDDEN;
 
 /* Owner-only counters read racily by pvrt_stats_get: relaxed atomics, no read-modify-write. */
 #define PVRT_STAT_INC(w, f)                                                                        \
@@ -304,16 +304,16 @@ extern struct pvrt_rt pvrt_rt PVRT_HIDDEN;
  * call this after the switch: a ULT may resume on another worker, and compilers may keep a
  * thread-local address (or the thread pointer itself) in a register across a call.
  */
-struct pvrt_worker *pvrt_worker_cur(void) PVRT_HIDDEN;
+struct rt_worker *rt_worker_cur(void) PVRT_HIDDEN;
 
 /* ---- sysmon.c: kernel threads, hand-off ---- */
-extern __thread struct pvrt_m *pvrt_tls_m __attribute__((tls_model("initial-exec"))) PVRT_HIDDEN;
-struct pvrt_m *pvrt_m_cur(void) PVRT_HIDDEN; /* read again after a switch, like pvrt_worker_cur */
-void pvrt_m_lost(struct pvrt_m *m) PVRT_HIDDEN;
+extern __thread struct rt_m *rt_tls_m __attribute__((tls_model("initial-exec"))) PVRT_HIDDEN;
+struct rt_m *rt_m_cur(void) PVRT_HIDDEN; /* read again after a switch, like rt_worker_cur */
+void rt_m_lost(struct rt_m *m) PVRT_HIDDEN;
 
 /*
  * Runtime sections. Code that uses the calling worker's state (or a runtime lock) runs between
- * pvrt_rt_enter and pvrt_rt_leave: it is never preempted there (preempt.c), and sysmon never
+ * rt_enter and rt_leave: it is never preempted there (preempt.c), and sysmon never
  * hands its worker to another kernel thread meanwhile (sysmon.c). Leaving restores the depth
  * saved at entry, on whatever thread the context then runs: a context resumed after a switch
  * inherits the switcher's depth (at least 1: switches happen in the runtime) until its own
@@ -322,12 +322,12 @@ void pvrt_m_lost(struct pvrt_m *m) PVRT_HIDDEN;
  * The M side is a plain store and load: sysmon's side has the fence (membarrier), else a fence
  * here (only while hand-offs are on).
  */
-/* Raise m's depth; true if m lost its worker meanwhile (the caller then calls pvrt_m_lost). */
-static inline bool pvrt_rt_depth_up(struct pvrt_m *m, uint32_t *depth)
+/* Raise m's depth; true if m lost its worker meanwhile (the caller then calls rt_m_lost). */
+static inline bool rt_depth_up(struct rt_m *m, uint32_t *depth)
 {
 	uint32_t d = __atomic_load_n(&m->inrt, __ATOMIC_RELAXED);
 	__atomic_store_n(&m->inrt, d + 1, __ATOMIC_RELAXED);
-	if (unlikely(pvrt_rt.entry_fence))
+	if (unlikely(rt_state.entry_fence))
 		__atomic_thread_fence(__ATOMIC_SEQ_CST);
 	else
 		__atomic_signal_fence(__ATOMIC_SEQ_CST);
@@ -335,100 +335,99 @@ static inline bool pvrt_rt_depth_up(struct pvrt_m *m, uint32_t *depth)
 	return unlikely(__atomic_load_n(&m->lost, __ATOMIC_ACQUIRE));
 }
 
-static inline int pvrt_rt_enter(void)
+static inline int rt_enter(void)
 {
-	struct pvrt_m *m = pvrt_tls_m;
+	struct rt_m *m = rt_tls_m;
 	if (!m)
 		return -1;
 	uint32_t d;
-	if (pvrt_rt_depth_up(m, &d))
-		pvrt_m_lost(m);
+	if (rt_depth_up(m, &d))
+		rt_m_lost(m);
 	return (int)d;
 }
 
 /* Restores the depth saved by the matching enter, on the thread the context runs on now. */
-void pvrt_rt_leave_slow(uint32_t depth) PVRT_HIDDEN;
-static inline void pvrt_rt_leave(int depth)
+void rt_leave_slow(uint32_t depth) PVRT_HIDDEN;
+static inline void rt_leave(int depth)
 {
 	if (depth >= 0)
-		pvrt_rt_leave_slow((uint32_t)depth);
+		rt_leave_slow((uint32_t)depth);
 }
 
-static inline void pvrt_rt_scope_end(int *depth)
+static inline void rt_scope_end(int *depth)
 {
-	pvrt_rt_leave(*depth);
+	rt_leave(*depth);
 }
 
 /* The rest of the enclosing block is a runtime section. */
-#define PVRT_RT_SCOPE()                                                                            \
-	int pvrt_rt_depth_ __attribute__((cleanup(pvrt_rt_scope_end), unused)) = pvrt_rt_enter()
+#define PVRT_RT_SCOPE() int rt_depth_ __attribute__((cleanup(rt_scope_end), unused)) = rt_enter()
 
 /*
  * A runtime section that never switches contexts (create, join of an exited ULT) ends on the M
  * it began on, so its end restores the depth there without the call that re-reads the thread's
  * M. If the start found its M lost (and moved to another thread), the end is the usual one.
  */
-struct pvrt_rt_nsw {
-	struct pvrt_m *m;
+struct rt_nsw {
+	struct rt_m *m;
 	int depth;
 };
 
-static inline void pvrt_rt_nsw_begin(struct pvrt_rt_nsw *s)
+static inline void rt_nsw_begin(struct rt_nsw *s)
 {
-	struct pvrt_m *m = pvrt_tls_m;
+	struct rt_m *m = rt_tls_m;
 	s->m = m;
 	s->depth = -1;
 	if (!m)
 		return;
 	uint32_t d;
-	bool lost = pvrt_rt_depth_up(m, &d);
+	bool lost = rt_depth_up(m, &d);
 	s->depth = (int)d;
 	if (lost) {
-		pvrt_m_lost(m);
+		rt_m_lost(m);
 		s->m = NULL;
 	}
 }
 
-static inline void pvrt_rt_nsw_end(struct pvrt_rt_nsw *s)
+static inline void rt_nsw_end(struct rt_nsw *s)
 {
-	if (likely(s->m)) /* release: as pvrt_rt_leave_slow */
+	if (likely(s->m)) /* release: as rt_leave_slow */
 		__atomic_store_n(&s->m->inrt, (uint32_t)s->depth, __ATOMIC_RELEASE);
 	else
-		pvrt_rt_leave(s->depth);
+		rt_leave(s->depth);
 }
 
 /* The rest of the enclosing block is a runtime section in which no switch happens. */
 #define PVRT_RT_SCOPE_NOSWITCH()                                                                   \
-	struct pvrt_rt_nsw pvrt_rt_nsw_ __attribute__((cleanup(pvrt_rt_nsw_end)));                 \
-	pvrt_rt_nsw_begin(&pvrt_rt_nsw_)
+	struct rt_nsw rt_nsw_ __attribute__((cleanup(rt_nsw_end)));                                \
+	rt_nsw_begin(&rt_nsw_)
 
 /* ---- preempt.c ---- */
-int pvrt_preempt_init(void) PVRT_HIDDEN;
-void pvrt_preempt_fini(void) PVRT_HIDDEN;
+int rt_preempt_init(void) PVRT_HIDDEN;
+void rt_preempt_fini(void) PVRT_HIDDEN;
 /* Ask the kernel thread running w's current ULT to preempt it; false if it could not be sent. */
-bool pvrt_preempt_kick(struct pvrt_worker *w, struct pvrt_m *m) PVRT_HIDDEN;
+bool rt_preempt_kick(struct rt_worker *w, struct rt_m *m) PVRT_HIDDEN;
 
 /* ---- sysmon.c ---- */
-void pvrt_sysmon_prepare(void) PVRT_HIDDEN;
-int pvrt_sysmon_start(void) PVRT_HIDDEN;
-void pvrt_sysmon_stop(void) PVRT_HIDDEN;
-void pvrt_sysmon_notify(void) PVRT_HIDDEN; /* a worker left its park */
-void pvrt_m_add(struct pvrt_m *m, bool is_main) PVRT_HIDDEN;
-int pvrt_m_register(struct pvrt_m *m, bool is_main) PVRT_HIDDEN;
-void pvrt_spares_join(void) PVRT_HIDDEN;
-const sigset_t *pvrt_preempt_base_mask(void) PVRT_HIDDEN;
-void pvrt_switch_home(struct pvrt_ult *self, struct pvrt_m *m) PVRT_HIDDEN;
-void pvrt_m_home_resumed(void) PVRT_HIDDEN;
-void pvrt_san_thread_context(struct pvrt_san *s) PVRT_HIDDEN;
-void pvrt_m_idle(struct pvrt_m *m) PVRT_HIDDEN; /* a worker's thread left its worker's loop */
-void pvrt_ms_fini(void) PVRT_HIDDEN;
-void pvrt_primary_home(void) PVRT_HIDDEN; /* finalize: back to the thread that called init */
+void rt_sysmon_prepare(void) PVRT_HIDDEN;
+int rt_sysmon_start(void) PVRT_HIDDEN;
+void rt_sysmon_stop(void) PVRT_HIDDEN;
+void rt_sysmon_notify(void) PVRT_HIDDEN; /* a worker left its park */
+void rt_m_add(struct rt_m *m, bool is_main) PVRT_HIDDEN;
+int rt_m_register(struct rt_m *m, bool is_main) PVRT_HIDDEN;
+void rt_spares_join(void) PVRT_HIDDEN;
+const sigset_t *rt_preempt_base_mask(void) PVRT_HIDDEN;
+void rt_switch_home(struct pvrt_ult *self, struct rt_m *m) PVRT_HIDDEN;
+void rt_m_home_resumed(void) PVRT_HIDDEN;
+void rt_san_thread_context(struct rt_san *s) PVRT_HIDDEN;
+void rt_m_idle(struct rt_m *m) PVRT_HIDDEN; /* a worker's thread left its worker's loop */
+void rt_ms_fini(void) PVRT_HIDDEN;
+void rt_primary_home(void) PVRT_HIDDEN; /* finalize: back to the thread that called init */
 
 /* ---- desc.c: allocation, descriptors, stacks ---- */
-struct pvrt_ult *pvrt_desc_get_slow(struct pvrt_worker *w) PVRT_HIDDEN;
+struct pvrt_ult *rt_desc_get_slow(struct rt_worker *w) PVRT_HIDDEN;
 /* A free descriptor, most often with a stack, from w's pool (w NULL: a foreign thread, from the
  * global pool); NULL without memory. Inline: every create takes one. */
-static inline struct pvrt_ult *pvrt_desc_get(struct pvrt_worker *w)
+static inline struct pvrt_ult *rt_desc_get(struct rt_worker *w)
 {
 	struct pvrt_ult *u;
 	if (likely(w && w->pool)) {
@@ -440,78 +439,77 @@ static inline struct pvrt_ult *pvrt_desc_get(struct pvrt_worker *w)
 		w->nstacks -= u->stack != NULL;
 		return u;
 	}
-	return pvrt_desc_get_slow(w);
+	return rt_desc_get_slow(w);
 }
-void pvrt_desc_put(struct pvrt_worker *w, struct pvrt_ult *u) PVRT_HIDDEN;
-void pvrt_pool_fini(void) PVRT_HIDDEN;
+void rt_desc_put(struct rt_worker *w, struct pvrt_ult *u) PVRT_HIDDEN;
+void rt_pool_fini(void) PVRT_HIDDEN;
 /* Free pooled stacks of w beyond PVRT_STACK_KEEP, and with global those of the global pool
  * (w's owner, about to park). */
-void pvrt_stacks_trim(struct pvrt_worker *w, bool global) PVRT_HIDDEN;
-int pvrt_stack_alloc(size_t size, size_t guard, void **stack, unsigned *vg_id) PVRT_HIDDEN;
-void pvrt_stack_free(void *stack, size_t len, unsigned vg_id) PVRT_HIDDEN;
+void rt_stacks_trim(struct rt_worker *w, bool global) PVRT_HIDDEN;
+int rt_stack_alloc(size_t size, size_t guard, void **stack, unsigned *vg_id) PVRT_HIDDEN;
+void rt_stack_free(void *stack, size_t len, unsigned vg_id) PVRT_HIDDEN;
 /* ULT stacks, counted (pvrt_stats.stacks). */
-int pvrt_ult_stack_alloc(size_t len, size_t guard, void **out, unsigned *vg_id) PVRT_HIDDEN;
-void pvrt_ult_stack_free(void *stack, size_t len, unsigned vg_id) PVRT_HIDDEN;
+int rt_ult_stack_alloc(size_t len, size_t guard, void **out, unsigned *vg_id) PVRT_HIDDEN;
+void rt_ult_stack_free(void *stack, size_t len, unsigned vg_id) PVRT_HIDDEN;
 
 /* ---- queue.c: run queues, waking workers, placement ---- */
 /* Make a BLOCKED (or fresh, or claimed) ULT ready; any thread. */
-void pvrt_ult_ready(struct pvrt_ult *u) PVRT_HIDDEN;
+void rt_ult_ready(struct pvrt_ult *u) PVRT_HIDDEN;
 /* The same from worker w (NULL: a foreign thread), in a runtime section: where it is bound, or
  * where the policy places it. */
-void pvrt_ult_ready_from(struct pvrt_worker *w, struct pvrt_ult *u) PVRT_HIDDEN;
-void pvrt_requeue(struct pvrt_worker *w, struct pvrt_ult *u) PVRT_HIDDEN;
+void rt_ult_ready_from(struct rt_worker *w, struct pvrt_ult *u) PVRT_HIDDEN;
+void rt_requeue(struct rt_worker *w, struct pvrt_ult *u) PVRT_HIDDEN;
 /* Pop work for worker w: local ring, injection queue; NULL if none. */
-struct pvrt_ult *pvrt_local_next(struct pvrt_worker *w) PVRT_HIDDEN;
-struct pvrt_ult *pvrt_steal(struct pvrt_worker *w) PVRT_HIDDEN;
-bool pvrt_has_work(struct pvrt_worker *w) PVRT_HIDDEN;
-void pvrt_wake_worker(unsigned i) PVRT_HIDDEN;
-void pvrt_notify_idle(struct pvrt_worker *w) PVRT_HIDDEN;
+struct pvrt_ult *rt_local_next(struct rt_worker *w) PVRT_HIDDEN;
+struct pvrt_ult *rt_steal(struct rt_worker *w) PVRT_HIDDEN;
+bool rt_has_work(struct rt_worker *w) PVRT_HIDDEN;
+void rt_wake_worker(unsigned i) PVRT_HIDDEN;
+void rt_notify_idle(struct rt_worker *w) PVRT_HIDDEN;
 /* Fill in the scheduler's view of the runtime (sched/pvrt_sched.h). */
-void pvrt_sched_view_init(struct pvrt_sched_view *v) PVRT_HIDDEN;
-bool pvrt_ring_grow(struct pvrt_ring *r, struct pvrt_ringbuf *b, uint64_t h,
-		    uint64_t t) PVRT_HIDDEN;
+void rt_sched_view_init(struct rt_sched_view *v) PVRT_HIDDEN;
+bool rt_ring_grow(struct rt_ring *r, struct rt_ringbuf *b, uint64_t h, uint64_t t) PVRT_HIDDEN;
 
 /*
  * A ULT's binding: written by the ULT itself (set_worker) or its creator, read by whoever places
  * it, possibly concurrently (yield_to): relaxed atomics, a stale value only misplaces it once.
  */
-static inline int pvrt_ult_bound(const struct pvrt_ult *u)
+static inline int rt_ult_bound(const struct pvrt_ult *u)
 {
 	return __atomic_load_n(&u->bound, __ATOMIC_RELAXED);
 }
 
 /* Does u have to run on a worker other than w? */
-static inline bool pvrt_bound_elsewhere(const struct pvrt_ult *u, const struct pvrt_worker *w)
+static inline bool rt_bound_elsewhere(const struct pvrt_ult *u, const struct rt_worker *w)
 {
-	int b = pvrt_ult_bound(u);
+	int b = rt_ult_bound(u);
 	return b >= 0 && (unsigned)b != w->idx;
 }
 
 /* The owner's side of a ring and the injection queue's enqueue, inline for create (ult.c) and
  * the placement in queue.c. */
-static inline bool pvrt_ring_reserve(struct pvrt_ring *r)
+static inline bool rt_ring_reserve(struct rt_ring *r)
 {
 	/* Acquire: a consumer read the slot we may reuse before its CAS moved head past it. */
 	uint64_t h = __atomic_load_n(&r->head, __ATOMIC_ACQUIRE);
-	struct pvrt_ringbuf *b = __atomic_load_n(&r->buf, __ATOMIC_RELAXED); /* only we write it */
+	struct rt_ringbuf *b = __atomic_load_n(&r->buf, __ATOMIC_RELAXED); /* only we write it */
 	uint64_t t = r->tail; /* only the owner writes tail */
 	if (likely(b && t - h <= b->mask))
 		return true;
-	return pvrt_ring_grow(r, b, h, t);
+	return rt_ring_grow(r, b, h, t);
 }
 
-/* Append u (owner only, after pvrt_ring_reserve()). */
-static inline void pvrt_ring_put(struct pvrt_ring *r, struct pvrt_ult *u)
+/* Append u (owner only, after rt_ring_reserve()). */
+static inline void rt_ring_put(struct rt_ring *r, struct pvrt_ult *u)
 {
 	uint64_t t = r->tail;
-	struct pvrt_ringbuf *b = __atomic_load_n(&r->buf, __ATOMIC_RELAXED);
+	struct rt_ringbuf *b = __atomic_load_n(&r->buf, __ATOMIC_RELAXED);
 	__atomic_store_n(&b->e[t & b->mask], u, __ATOMIC_RELAXED);
 	/* Release: publishes the slot (and the ULT's READY state and saved context) to consumers.
 	 */
 	__atomic_store_n(&r->tail, t + 1, __ATOMIC_RELEASE);
 }
 
-static inline void pvrt_inject_push(struct pvrt_worker *t, struct pvrt_ult *u)
+static inline void rt_inject_push(struct rt_worker *t, struct pvrt_ult *u)
 {
 	__atomic_store_n(&u->state, ULT_READY_INJ, __ATOMIC_RELAXED);
 #if PVRT_INJECT_WFCQ
@@ -520,96 +518,96 @@ static inline void pvrt_inject_push(struct pvrt_worker *t, struct pvrt_ult *u)
 	cds_wfcq_enqueue(&t->inj.head, &t->inj.tail, &u->qnode);
 #else
 	u->qnext = NULL;
-	pvrt_lock_acquire(&t->inj.lock);
+	rt_lock_acquire(&t->inj.lock);
 	if (t->inj.last)
 		t->inj.last->qnext = u;
 	else
 		t->inj.first = u;
 	t->inj.last = u;
-	pvrt_lock_release(&t->inj.lock);
+	rt_lock_release(&t->inj.lock);
 #endif
 	/* Seq_cst: ordered before our read of the target's park word (see inject_to, queue.c). */
 	__atomic_fetch_add(&t->inj.n, 1, __ATOMIC_SEQ_CST);
 }
 
 /* Queue u, claimed or fresh and free to run on w, on w's ring (its owner). */
-static inline __attribute__((always_inline)) void pvrt_queue_local(struct pvrt_worker *w,
-								   struct pvrt_ult *u)
+static inline __attribute__((always_inline)) void rt_queue_local(struct rt_worker *w,
+								 struct pvrt_ult *u)
 {
 	/*
 	 * Decide on the ring before publishing READY: a stale ring entry elsewhere may claim u the
 	 * moment it is READY, so a READY ULT must not then also go into an injection queue.
 	 */
-	if (unlikely(!pvrt_ring_reserve(&w->ring))) {
-		pvrt_inject_push(w, u);
+	if (unlikely(!rt_ring_reserve(&w->ring))) {
+		rt_inject_push(w, u);
 		return;
 	}
 	/* Release: whoever claims it sees its saved context. */
 	__atomic_store_n(&u->state, ULT_READY, __ATOMIC_RELEASE);
-	pvrt_ring_put(&w->ring, u);
-	if (unlikely(pvrt_rt.nw > 1))
-		pvrt_notify_idle(w);
+	rt_ring_put(&w->ring, u);
+	if (unlikely(rt_state.nw > 1))
+		rt_notify_idle(w);
 }
 
 /* ---- ult.c: switching, life cycle ---- */
 /* Block the calling ULT (its state already set to BLOCKED by the caller); post(w, arg) runs in
  * the next context once this one is suspended (e.g., to release the lock its waker needs). */
-void pvrt_ult_block(void (*post)(struct pvrt_worker *, void *), void *arg) PVRT_HIDDEN;
-void pvrt_switch(struct pvrt_worker *w, struct pvrt_ctxrec *from, struct pvrt_ult *to,
-		 void (*post)(struct pvrt_worker *, void *), void *arg) PVRT_HIDDEN;
-void pvrt_after_switch(void) PVRT_HIDDEN;
+void rt_ult_block(void (*post)(struct rt_worker *, void *), void *arg) PVRT_HIDDEN;
+void rt_switch(struct rt_worker *w, struct rt_ctxrec *from, struct pvrt_ult *to,
+	       void (*post)(struct rt_worker *, void *), void *arg) PVRT_HIDDEN;
+void rt_after_switch(void) PVRT_HIDDEN;
 /* Wait until every ULT but the primary has exited (finalize, the M:N main thread's exit). */
-void pvrt_wait_nlive_zero(void) PVRT_HIDDEN;
-void pvrt_ult_init_primary(struct pvrt_ult *u) PVRT_HIDDEN;
-size_t pvrt_page_size(void) PVRT_HIDDEN;
+void rt_wait_nlive_zero(void) PVRT_HIDDEN;
+void rt_ult_init_primary(struct pvrt_ult *u) PVRT_HIDDEN;
+size_t rt_page_size(void) PVRT_HIDDEN;
 /* A descriptor for the primary ULT (the thread that called pvrt_init). */
-struct pvrt_ult *pvrt_primary_alloc(void) PVRT_HIDDEN;
+struct pvrt_ult *rt_primary_alloc(void) PVRT_HIDDEN;
 
 /* The calling kernel thread's signal mask (the first 64 signals, the kernel's sigset). */
-uint64_t pvrt_kernel_sigmask(void) PVRT_HIDDEN;
+uint64_t rt_kernel_sigmask(void) PVRT_HIDDEN;
 /* The calling ULT's signal mask changed to m (already loaded on its kernel thread). */
-void pvrt_ult_sigmask_changed(uint64_t m) PVRT_HIDDEN;
+void rt_ult_sigmask_changed(uint64_t m) PVRT_HIDDEN;
 
 /* If set (the M:N preload, before it creates ULTs): every ULT runs wrap(fn, arg) instead of
  * fn(arg), and exits with its result. */
-extern void *(*pvrt_ult_entry_wrap)(void *(*fn)(void *), void *arg)PVRT_HIDDEN;
+extern void *(*rt_ult_entry_wrap)(void *(*fn)(void *), void *arg)PVRT_HIDDEN;
 
 /* ---- timer.c ---- */
 /* 0, or -ENOMEM when the heap cannot grow (the timer is then not queued). */
-int pvrt_timer_add(struct pvrt_worker *w, struct pvrt_timer *t) PVRT_HIDDEN;
-void pvrt_timer_cancel(struct pvrt_timer *t) PVRT_HIDDEN;
+int rt_timer_add(struct rt_worker *w, struct rt_timer *t) PVRT_HIDDEN;
+void rt_timer_cancel(struct rt_timer *t) PVRT_HIDDEN;
 /* Fire expired timers of w (its owner only); returns how many fired. */
-unsigned pvrt_timers_run(struct pvrt_worker *w, uint64_t now) PVRT_HIDDEN;
-static inline bool pvrt_timers_due(struct pvrt_worker *w, uint64_t now)
+unsigned rt_timers_run(struct rt_worker *w, uint64_t now) PVRT_HIDDEN;
+static inline bool rt_timers_due(struct rt_worker *w, uint64_t now)
 {
 	/* Relaxed: only the owner writes 'armed'; a stale value only delays a check. */
 	return __atomic_load_n(&w->armed, __ATOMIC_RELAXED) <= now;
 }
-void pvrt_timers_fini(struct pvrt_worker *w) PVRT_HIDDEN;
+void rt_timers_fini(struct rt_worker *w) PVRT_HIDDEN;
 
 /* ---- key.c ---- */
-void pvrt_keys_run_destructors(struct pvrt_keyvals **kv) PVRT_HIDDEN;
+void rt_keys_run_destructors(struct rt_keyvals **kv) PVRT_HIDDEN;
 
 /* ---- runtime.c: errors, the stack-overflow handler, init/finalize ---- */
-int pvrt_fail(int err, const char *msg) PVRT_HIDDEN;
-/* pvrt_fail with a message formatted from fmt and two strings. */
-int pvrt_failf(int err, const char *fmt, const char *a, const char *b) PVRT_HIDDEN;
+int rt_fail(int err, const char *msg) PVRT_HIDDEN;
+/* rt_fail with a message formatted from fmt and two strings. */
+int rt_failf(int err, const char *fmt, const char *a, const char *b) PVRT_HIDDEN;
 /* The stack-overflow handler's alternate signal stack for w's thread (when the handler is
- * installed); old receives the thread's previous one, which pvrt_altstack_off restores. */
-void pvrt_altstack_on(struct pvrt_worker *w, stack_t *old) PVRT_HIDDEN;
-void pvrt_altstack_off(struct pvrt_worker *w, const stack_t *old) PVRT_HIDDEN;
+ * installed); old receives the thread's previous one, which rt_altstack_off restores. */
+void rt_altstack_on(struct rt_worker *w, stack_t *old) PVRT_HIDDEN;
+void rt_altstack_off(struct rt_worker *w, const stack_t *old) PVRT_HIDDEN;
 /* In a fork child: forget the parent's runtime (leaking it) so that pvrt_init works again. */
-void pvrt_fork_child_reset(void) PVRT_HIDDEN;
+void rt_fork_child_reset(void) PVRT_HIDDEN;
 /* Emulated hints: the calling kernel thread m goes without a worker (parked on its vCPU). */
-void pvrt_m_emu_idle(struct pvrt_m *m) PVRT_HIDDEN;
+void rt_m_emu_idle(struct rt_m *m) PVRT_HIDDEN;
 
 /* ---- config.c: pvrt_config and PVRT_* settings ---- */
-struct pvrt_settings {
+struct rt_settings {
 	unsigned nw;
 	int cpus[PVRT_MAX_WORKERS];
 	unsigned ncpus;
 	size_t stack;
-	const struct pvrt_sched_policy *pol;
+	const struct rt_sched_policy *pol;
 	uint64_t poll_min, poll_max;
 	int eager;
 	uint64_t slack;
@@ -617,13 +615,13 @@ struct pvrt_settings {
 	int ult_tls;
 };
 /* Check c (NULL: defaults) and the environment into s; 0 or a negative errno (message set). */
-int pvrt_configure(const struct pvrt_config *c, struct pvrt_settings *s) PVRT_HIDDEN;
+int rt_configure(const struct pvrt_config *c, struct rt_settings *s) PVRT_HIDDEN;
 
 /* ---- worker.c: scheduler loop, idle ---- */
-void pvrt_sched_loop(struct pvrt_worker *w) PVRT_HIDDEN;
+void rt_sched_loop(struct rt_worker *w) PVRT_HIDDEN;
 /* Worker 0's scheduler context starts here (arg: the worker). */
-void pvrt_sched_entry(void *arg) PVRT_HIDDEN;
+void rt_sched_entry(void *arg) PVRT_HIDDEN;
 /* The thread of workers 1..n-1 (arg: the worker). */
-void *pvrt_worker_main(void *arg) PVRT_HIDDEN;
+void *rt_worker_main(void *arg) PVRT_HIDDEN;
 
 #endif /* PVRT_RUNTIME_INTERNAL_H */

@@ -9,7 +9,7 @@
 #include <errno.h>
 #include <pthread.h>
 
-struct pvrt_keyvals {
+struct rt_keyvals {
 	struct {
 		void *v;
 		uint32_t gen;
@@ -21,14 +21,14 @@ static struct {
 	uint32_t lastgen;
 	void (*dtor)(void *);
 } keys[PVRT_KEYS_MAX];
-static struct pvrt_lock keys_lock;
+static struct rt_lock keys_lock;
 
 int pvrt_key_create(pvrt_key_t *key, void (*destructor)(void *))
 {
 	PVRT_RT_SCOPE();
 	if (!key)
-		return pvrt_fail(-EINVAL, "pvrt_key_create: key is NULL");
-	pvrt_lock_acquire(&keys_lock);
+		return rt_fail(-EINVAL, "pvrt_key_create: key is NULL");
+	rt_lock_acquire(&keys_lock);
 	for (unsigned i = 0; i < PVRT_KEYS_MAX; i++) {
 		if (keys[i].state)
 			continue;
@@ -39,12 +39,12 @@ int pvrt_key_create(pvrt_key_t *key, void (*destructor)(void *))
 		__atomic_store_n(&keys[i].dtor, destructor, __ATOMIC_RELAXED);
 		/* Release: readers that see the generation see the destructor. */
 		__atomic_store_n(&keys[i].state, g, __ATOMIC_RELEASE);
-		pvrt_lock_release(&keys_lock);
+		rt_lock_release(&keys_lock);
 		*key = g << 8 | i;
 		return 0;
 	}
-	pvrt_lock_release(&keys_lock);
-	return pvrt_fail(-EAGAIN, "pvrt_key_create: PVRT_KEYS_MAX keys exist");
+	rt_lock_release(&keys_lock);
+	return rt_fail(-EAGAIN, "pvrt_key_create: PVRT_KEYS_MAX keys exist");
 }
 
 static bool key_live(pvrt_key_t key)
@@ -57,25 +57,25 @@ static bool key_live(pvrt_key_t key)
 int pvrt_key_delete(pvrt_key_t key)
 {
 	PVRT_RT_SCOPE();
-	pvrt_lock_acquire(&keys_lock);
+	rt_lock_acquire(&keys_lock);
 	if (!key_live(key)) {
-		pvrt_lock_release(&keys_lock);
-		return pvrt_fail(-EINVAL, "pvrt_key_delete: no such key");
+		rt_lock_release(&keys_lock);
+		return rt_fail(-EINVAL, "pvrt_key_delete: no such key");
 	}
 	__atomic_store_n(&keys[key & 0xff].state, 0, __ATOMIC_RELEASE);
-	pvrt_lock_release(&keys_lock);
+	rt_lock_release(&keys_lock);
 	return 0;
 }
 
 /* Values of threads that are not ULTs, destroyed at thread exit through a pthread key. */
-static __thread struct pvrt_keyvals *thread_kv;
+static __thread struct rt_keyvals *thread_kv;
 static pthread_key_t thread_kv_key;
 static pthread_once_t thread_kv_once = PTHREAD_ONCE_INIT;
 
 static void thread_kv_exit(void *p)
 {
-	struct pvrt_keyvals *kv = p;
-	pvrt_keys_run_destructors(&kv);
+	struct rt_keyvals *kv = p;
+	rt_keys_run_destructors(&kv);
 	thread_kv = NULL;
 }
 
@@ -84,7 +84,7 @@ static void thread_kv_init(void)
 	pthread_key_create(&thread_kv_key, thread_kv_exit);
 }
 
-static struct pvrt_keyvals **current_kv(void)
+static struct rt_keyvals **current_kv(void)
 {
 	struct pvrt_ult *u = rt_ult_current();
 	return u ? &u->keys : &thread_kv;
@@ -93,12 +93,12 @@ static struct pvrt_keyvals **current_kv(void)
 int pvrt_key_set(pvrt_key_t key, const void *value)
 {
 	if (!key_live(key))
-		return pvrt_fail(-EINVAL, "pvrt_key_set: no such key");
-	struct pvrt_keyvals **kvp = current_kv();
+		return rt_fail(-EINVAL, "pvrt_key_set: no such key");
+	struct rt_keyvals **kvp = current_kv();
 	if (!*kvp) {
-		struct pvrt_keyvals *kv = pvrt_alloc(sizeof(*kv));
+		struct rt_keyvals *kv = rt_alloc(sizeof(*kv));
 		if (!kv)
-			return pvrt_fail(-ENOMEM, "pvrt_key_set: out of memory");
+			return rt_fail(-ENOMEM, "pvrt_key_set: out of memory");
 		if (kvp == &thread_kv) {
 			pthread_once(&thread_kv_once, thread_kv_init);
 			pthread_setspecific(thread_kv_key, kv);
@@ -114,15 +114,15 @@ void *pvrt_key_get(pvrt_key_t key)
 {
 	if (!key_live(key))
 		return NULL;
-	struct pvrt_keyvals *kv = *current_kv();
+	struct rt_keyvals *kv = *current_kv();
 	if (!kv || kv->s[key & 0xff].gen != key >> 8)
 		return NULL;
 	return kv->s[key & 0xff].v;
 }
 
-void pvrt_keys_run_destructors(struct pvrt_keyvals **kvp)
+void rt_keys_run_destructors(struct rt_keyvals **kvp)
 {
-	struct pvrt_keyvals *kv = *kvp;
+	struct rt_keyvals *kv = *kvp;
 	for (int round = 0; kv && round < PVRT_KEY_DESTRUCTOR_ITERATIONS; round++) {
 		bool any = false;
 		for (unsigned i = 0; i < PVRT_KEYS_MAX; i++) {
@@ -142,5 +142,5 @@ void pvrt_keys_run_destructors(struct pvrt_keyvals **kvp)
 			break;
 	}
 	*kvp = NULL;
-	pvrt_free(kv, sizeof(*kv));
+	rt_free(kv, sizeof(*kv));
 }

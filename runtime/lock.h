@@ -12,18 +12,18 @@
 
 #include <stdint.h>
 
-struct pvrt_lock {
+struct rt_lock {
 	uint32_t v; /* 0 free, 1 held, 2 held with (possible) sleepers */
 };
 
 #define PVRT_LOCK_SPINS 128
 
-static inline void pvrt_lock_acquire(struct pvrt_lock *l)
+static inline void rt_lock_acquire(struct rt_lock *l)
 {
 	os_lock(&l->v, PVRT_LOCK_SPINS);
 }
 
-static inline void pvrt_lock_release(struct pvrt_lock *l)
+static inline void rt_lock_release(struct rt_lock *l)
 {
 	os_unlock(&l->v);
 }

@@ -95,10 +95,10 @@ static struct pvrt_ult *ult_of(pthread_t t)
 	if (!rt_mn_on)
 		return NULL;
 	/* The main thread's TCB (pvrt_init; no primary yet while it starts). */
-	struct pvrt_ult *p = pvrt_rt.primary;
+	struct pvrt_ult *p = rt_state.primary;
 	if (p && (void *)t == p->tp)
 		return p;
-	return pvrt_tls_ult_of((const void *)t);
+	return rt_tls_ult_of((const void *)t);
 }
 
 /* ---------------------------------------------------------------- start and exit */
@@ -123,7 +123,7 @@ static void *entry(void *(*fn)(void *), void *arg)
  * unwound: worker 0's kernel thread must stay.) */
 __attribute__((noreturn)) static void primary_exit(void)
 {
-	pvrt_wait_nlive_zero();
+	rt_wait_nlive_zero();
 	exit(0);
 }
 
@@ -510,8 +510,8 @@ void rt_mn_spawn_enter(struct rt_mn_spawn *s)
 	int e = errno;
 	sigset_t pre;
 	sigemptyset(&pre);
-	if (pvrt_rt.preempt_sig)
-		sigaddset(&pre, pvrt_rt.preempt_sig);
+	if (rt_state.preempt_sig)
+		sigaddset(&pre, rt_state.preempt_sig);
 	/* Raw: the ULT's recorded mask stays as it is (the thread's only changes until leave). */
 	syscall(SYS_rt_sigprocmask, SIG_BLOCK, &pre, &s->mask, _NSIG / 8);
 	CPU_ZERO(&s->cpus);
@@ -556,7 +556,7 @@ EXPORT int pthread_setschedprio(pthread_t t, int prio)
  */
 static const sigset_t *without_preempt(int how, const sigset_t *set, sigset_t *tmp)
 {
-	int sig = pvrt_rt.preempt_sig;
+	int sig = rt_state.preempt_sig;
 	if (!set || how == SIG_UNBLOCK || !sig || !sigismember(set, sig))
 		return set;
 	*tmp = *set;
@@ -569,7 +569,7 @@ EXPORT int pthread_sigmask(int how, const sigset_t *set, sigset_t *old)
 	sigset_t tmp;
 	int r = REAL(pthread_sigmask, how, without_preempt(how, set, &tmp), old);
 	if (!r && set && self_ult())
-		pvrt_ult_sigmask_changed(pvrt_kernel_sigmask());
+		rt_ult_sigmask_changed(rt_kernel_sigmask());
 	return r;
 }
 
@@ -578,7 +578,7 @@ EXPORT int sigprocmask(int how, const sigset_t *set, sigset_t *old)
 	sigset_t tmp;
 	int r = REAL(sigprocmask, how, without_preempt(how, set, &tmp), old);
 	if (!r && set && self_ult())
-		pvrt_ult_sigmask_changed(pvrt_kernel_sigmask());
+		rt_ult_sigmask_changed(rt_kernel_sigmask());
 	return r;
 }
 
@@ -596,7 +596,7 @@ EXPORT int sched_getcpu(void)
 {
 	/* With thread slots (bpf hints) a worker's record number is no CPU number; its thread is
 	 * pinned to the worker's CPU. */
-	if (!self_ult() || pvrt_rt.slots)
+	if (!self_ult() || rt_state.slots)
 		return REAL(sched_getcpu);
 	return rt_worker_vcpu();
 }
@@ -678,14 +678,14 @@ static int start_runtime(void)
 	c.ult_tls = 1;
 	if (!getenv("PVRT_STACK_SIZE"))
 		c.stack_size = default_stack;
-	pvrt_ult_entry_wrap = entry;
+	rt_ult_entry_wrap = entry;
 	return pvrt_init(&c);
 }
 
 static void atfork_child(void)
 {
 	/* Only the forking thread (ULT) exists: it becomes the primary of a new runtime. */
-	pvrt_fork_child_reset();
+	rt_fork_child_reset();
 	if (start_runtime())
 		rt_mn_on = false; /* no runtime: threads of the child are kernel threads */
 }

@@ -18,11 +18,11 @@
  * Safe points. The handler switches only if all hold, else it does nothing and sysmon retries
  * later (the ULT keeps running and is preempted at a later signal that lands in a safe spot):
  *  - the kernel thread runs a ULT (not a scheduler context) outside every runtime section
- *    (pvrt_rt_enter/leave depth 0: no runtime lock held, no worker state in use);
+ *    (rt_enter/leave depth 0: no runtime lock held, no worker state in use);
  *  - the interrupted pc is not in the runtime's own object (libpvrt or the preload: the locks
  *    use per-kernel-thread state) nor in libpvhint (the emulator's locks: a ULT switched out
  *    holding emu_glock stalls every thread that attaches, the spare taking a worker too) and,
- *    unless ULTs own their TLS (M:N mode sets pvrt_rt.preempt_anywhere), it is in the
+ *    unless ULTs own their TLS (M:N mode sets rt_state.preempt_anywhere), it is in the
  *    executable itself: libc, libstdc++, jemalloc, ... keep per-thread state (malloc's tcache,
  *    stdio's recursive lock owner, errno) that the worker's other ULTs share when TLS is per
  *    kernel thread;
@@ -42,7 +42,7 @@
  * The handler is SA_NODEFER with an empty sa_mask, so it runs with the interrupted mask, which
  * is the mask the runtime believes loaded when it switches: the next context gets the mask it
  * expects (loaded by the switch if it differs), and the preempted one gets its own back from
- * rt_sigreturn. The signal itself is never in a mask where ULTs run (pvrt_preempt_init; M:N
+ * rt_sigreturn. The signal itself is never in a mask where ULTs run (rt_preempt_init; M:N
  * mode takes it out of what the program blocks). SA_RESTART: an interrupted
  * restartable call (the ULT was only about to block) restarts. errno is saved and restored
  * around the switch, so it follows the ULT even when TLS is per kernel thread. rt_sigreturn also
@@ -111,7 +111,7 @@ static int find_objects(struct dl_phdr_info *info, size_t size, void *arg)
 	 * stop-signal deferral is a per-kernel-thread word). */
 	struct ranges tmp = {0};
 	add_exec_segments(&tmp, info);
-	if (in_ranges(&tmp, (uintptr_t)&pvrt_preempt_init) ||
+	if (in_ranges(&tmp, (uintptr_t)&rt_preempt_init) ||
 	    in_ranges(&tmp, (uintptr_t)&pvhint_open))
 		for (unsigned i = 0; i < tmp.n && rt_text.n < MAX_RANGES; i++) {
 			rt_text.lo[rt_text.n] = tmp.lo[i];
@@ -135,7 +135,7 @@ static bool pc_ok(uintptr_t pc)
 {
 	if (in_ranges(&rt_text, pc))
 		return false;
-	return __atomic_load_n(&pvrt_rt.preempt_anywhere, __ATOMIC_RELAXED) ||
+	return __atomic_load_n(&rt_state.preempt_anywhere, __ATOMIC_RELAXED) ||
 	       in_ranges(&exe_text, pc);
 }
 
@@ -146,11 +146,11 @@ static bool pc_ok(uintptr_t pc)
  * call), both the kernel thread's. The kernel's part of the mask (64 signals) is all the frame
  * holds.
  */
-static bool mask_ok(const ucontext_t *uc, const struct pvrt_worker *w)
+static bool mask_ok(const ucontext_t *uc, const struct rt_worker *w)
 {
 	uint64_t m;
 	memcpy(&m, &uc->uc_sigmask, sizeof(m));
-	if (pvrt_rt.ult_tls)
+	if (rt_state.ult_tls)
 		return w && w->cur && m == w->cur->sigmask;
 	return !memcmp(&m, &base_mask, sizeof(m));
 }
@@ -172,7 +172,7 @@ static void preempt_handler(int sig, siginfo_t *si, void *ucv)
 		return;
 	}
 	ucontext_t *uc = ucv;
-	struct pvrt_m *m = pvrt_tls_m;
+	struct rt_m *m = rt_tls_m;
 	if (m) {
 		/* Received: sysmon may send the next one (one at a time, or they would nest). */
 		__atomic_store_n(&m->kicked, 0, __ATOMIC_RELAXED);
@@ -183,7 +183,7 @@ static void preempt_handler(int sig, siginfo_t *si, void *ucv)
 		/* Likewise inside the hint source's locks (the emulator's emu_glock, held across a
 		 * fork's handlers, and its stop-deferral count are the kernel thread's): moved, the
 		 * ULT would unlock on another thread and leave this one's count raised for ever. */
-		if (pvhint_thread_in_lock() || (pvrt_rt.ult_tls && pvrt_tls_ldso_locked(m->tid))) {
+		if (pvhint_thread_in_lock() || (rt_state.ult_tls && rt_tls_ldso_locked(m->tid))) {
 			__atomic_fetch_sub(&inflight, 1, __ATOMIC_RELEASE);
 			errno = saved_errno;
 			return;
@@ -196,7 +196,7 @@ static void preempt_handler(int sig, siginfo_t *si, void *ucv)
 		 * runs on its own thread meanwhile, as a plain thread would; sysmon kicks again.
 		 * (M:N mode, where ULTs own their TLS and nothing of theirs is tied to the thread,
 		 * moves it at once, as it always did.) */
-		bool anywhere = __atomic_load_n(&pvrt_rt.preempt_anywhere, __ATOMIC_RELAXED);
+		bool anywhere = __atomic_load_n(&rt_state.preempt_anywhere, __ATOMIC_RELAXED);
 		bool safe = pc_ok(uc_pc(uc)) && (anywhere || mask_ok(uc, rt_tls_worker));
 		if (!anywhere && !safe) {
 			__atomic_fetch_sub(&inflight, 1, __ATOMIC_RELEASE);
@@ -205,8 +205,8 @@ static void preempt_handler(int sig, siginfo_t *si, void *ucv)
 		}
 		/* Entering notices a lost worker too: the ULT then resumes here on another thread.
 		 */
-		int depth = pvrt_rt_enter();
-		struct pvrt_worker *w = rt_tls_worker;
+		int depth = rt_enter();
+		struct rt_worker *w = rt_tls_worker;
 		if (anywhere)
 			safe = safe && mask_ok(uc, w);
 		if (w && depth == 0 && w->cur && safe &&
@@ -218,8 +218,8 @@ static void preempt_handler(int sig, siginfo_t *si, void *ucv)
 			__atomic_store_n(&m->insys, 0, __ATOMIC_RELAXED);
 			pvrt_thread_yield();
 		}
-		pvrt_rt_leave(depth);
-		if (pvrt_m_cur() != m) {
+		rt_leave(depth);
+		if (rt_m_cur() != m) {
 			/* Migrated: sigreturn must not install the old thread's alternate stack. */
 			stack_t cur;
 			if (!sigaltstack(NULL, &cur))
@@ -231,7 +231,7 @@ static void preempt_handler(int sig, siginfo_t *si, void *ucv)
 	errno = saved_errno;
 }
 
-bool pvrt_preempt_kick(struct pvrt_worker *w, struct pvrt_m *m)
+bool rt_preempt_kick(struct rt_worker *w, struct rt_m *m)
 {
 	(void)w;
 	if (!installed)
@@ -249,7 +249,7 @@ bool pvrt_preempt_kick(struct pvrt_worker *w, struct pvrt_m *m)
 	return true;
 }
 
-const sigset_t *pvrt_preempt_base_mask(void)
+const sigset_t *rt_preempt_base_mask(void)
 {
 	return &base_mask;
 }
@@ -269,17 +269,17 @@ static void unblock_own(void)
 	sigaddset(&s, installed);
 	pthread_sigmask(SIG_UNBLOCK, &s, NULL);
 	sigdelset(&base_mask, installed);
-	pvrt_ult_sigmask_changed(pvrt_kernel_sigmask());
+	rt_ult_sigmask_changed(rt_kernel_sigmask());
 }
 
-int pvrt_preempt_init(void)
+int rt_preempt_init(void)
 {
 	pthread_sigmask(SIG_SETMASK, NULL, &base_mask);
 	if (installed) { /* still, or after a fork whose child forgot the runtime */
-		pvrt_rt.preempt_sig = installed;
+		rt_state.preempt_sig = installed;
 		unblock_own();
 	}
-	if (!pvrt_rt.slice || installed)
+	if (!rt_state.slice || installed)
 		return 0;
 	rt_text.n = exe_text.n = 0;
 	int first = 1;
@@ -298,15 +298,15 @@ int pvrt_preempt_init(void)
 		if (sigaction(s, &sa, &old_act))
 			continue;
 		installed = s;
-		pvrt_rt.preempt_sig = s;
+		rt_state.preempt_sig = s;
 		unblock_own();
 		return 0;
 	}
-	return pvrt_fail(-EBUSY, "pvrt_init: no free real-time signal for preemption "
-				 "(PVRT_SLICE_NS=off runs without)");
+	return rt_fail(-EBUSY, "pvrt_init: no free real-time signal for preemption "
+			       "(PVRT_SLICE_NS=off runs without)");
 }
 
-void pvrt_preempt_fini(void)
+void rt_preempt_fini(void)
 {
 	if (!installed)
 		return;
@@ -321,5 +321,5 @@ void pvrt_preempt_fini(void)
 		return;
 	sigaction(installed, &old_act, NULL);
 	installed = 0;
-	pvrt_rt.preempt_sig = 0;
+	rt_state.preempt_sig = 0;
 }

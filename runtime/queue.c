@@ -2,7 +2,7 @@
 /*
  * Run queues and placement: the per-worker rings and injection queues, waking parked workers,
  * where a ready ULT goes (its binding, the policy's wake target), local picks and steals. The
- * owner's side of a ring and pvrt_queue_local are inline in internal.h, for create (ult.c).
+ * owner's side of a ring and rt_queue_local are inline in internal.h, for create (ult.c).
  *
  * Claiming. A ready ULT sits in a ring (state READY) or in an injection queue (READY_INJ).
  * Whoever moves READY->RUNNING with a CAS runs it; ring entries whose CAS fails are stale and
@@ -23,11 +23,11 @@
  * the old buffer is never written again. False only when the memory for a bigger one is missing.
  * Stays true until the owner pushes, since consumers only ever move head forward.
  */
-__attribute__((noinline)) bool pvrt_ring_grow(struct pvrt_ring *r, struct pvrt_ringbuf *b,
-					      uint64_t h, uint64_t t)
+__attribute__((noinline)) bool rt_ring_grow(struct rt_ring *r, struct rt_ringbuf *b, uint64_t h,
+					    uint64_t t)
 {
 	uint64_t cap = b ? 2 * (b->mask + 1) : PVRT_RING_SIZE;
-	struct pvrt_ringbuf *nb = pvrt_alloc(sizeof(*nb) + cap * sizeof(nb->e[0]));
+	struct rt_ringbuf *nb = rt_alloc(sizeof(*nb) + cap * sizeof(nb->e[0]));
 	if (!nb)
 		return false;
 	nb->mask = cap - 1;
@@ -39,32 +39,32 @@ __attribute__((noinline)) bool pvrt_ring_grow(struct pvrt_ring *r, struct pvrt_r
 	return true;
 }
 
-void pvrt_ring_fini(struct pvrt_ring *r)
+void rt_ring_fini(struct rt_ring *r)
 {
-	for (struct pvrt_ringbuf *b = r->buf, *p; b; b = p) {
+	for (struct rt_ringbuf *b = r->buf, *p; b; b = p) {
 		p = b->prev;
-		pvrt_free(b, sizeof(*b) + (b->mask + 1) * sizeof(b->e[0]));
+		rt_free(b, sizeof(*b) + (b->mask + 1) * sizeof(b->e[0]));
 	}
 	r->buf = NULL;
 }
 
-static inline bool ring_nonempty(const struct pvrt_ring *r)
+static inline bool ring_nonempty(const struct rt_ring *r)
 {
 	/* Relaxed: a hint for idle workers; they take entries with ring_pop's ordered accesses. */
 	return __atomic_load_n(&r->tail, __ATOMIC_RELAXED) !=
 	       __atomic_load_n(&r->head, __ATOMIC_RELAXED);
 }
 
-static struct pvrt_ult *ring_pop(struct pvrt_ring *r)
+static struct pvrt_ult *ring_pop(struct rt_ring *r)
 {
 	uint64_t h = __atomic_load_n(&r->head, __ATOMIC_RELAXED);
 	for (;;) {
-		/* Acquire pairs with pvrt_ring_put's release of tail: the slot is written (and the
-		 * buffer that holds it published, see pvrt_ring_reserve). */
+		/* Acquire pairs with rt_ring_put's release of tail: the slot is written (and the
+		 * buffer that holds it published, see rt_ring_reserve). */
 		uint64_t t = __atomic_load_n(&r->tail, __ATOMIC_ACQUIRE);
 		if ((int64_t)(t - h) <= 0)
 			return NULL;
-		struct pvrt_ringbuf *b = __atomic_load_n(&r->buf, __ATOMIC_ACQUIRE);
+		struct rt_ringbuf *b = __atomic_load_n(&r->buf, __ATOMIC_ACQUIRE);
 		struct pvrt_ult *u = __atomic_load_n(&b->e[h & b->mask], __ATOMIC_RELAXED);
 		/*
 		 * The slot can only be overwritten after head moved past h, which makes this CAS
@@ -79,7 +79,7 @@ static struct pvrt_ult *ring_pop(struct pvrt_ring *r)
 }
 
 /* Pop entries until one can be claimed (READY->RUNNING). */
-static struct pvrt_ult *ring_take(struct pvrt_ring *r)
+static struct pvrt_ult *ring_take(struct rt_ring *r)
 {
 	for (;;) {
 		struct pvrt_ult *u = ring_pop(r);
@@ -95,11 +95,11 @@ static struct pvrt_ult *ring_take(struct pvrt_ring *r)
 
 /* ring_take by the owner when it is the only consumer (one worker: nobody steals, and yield_to
  * runs on workers), without the CAS on head or the claim. */
-static inline struct pvrt_ult *ring_take_alone(struct pvrt_ring *r)
+static inline struct pvrt_ult *ring_take_alone(struct rt_ring *r)
 {
 	uint64_t h = __atomic_load_n(&r->head, __ATOMIC_RELAXED);
 	for (; r->tail != h; h++) { /* only the owner writes tail */
-		struct pvrt_ringbuf *b = __atomic_load_n(&r->buf, __ATOMIC_RELAXED);
+		struct rt_ringbuf *b = __atomic_load_n(&r->buf, __ATOMIC_RELAXED);
 		struct pvrt_ult *u = __atomic_load_n(&b->e[h & b->mask], __ATOMIC_RELAXED);
 		/* Acquire pairs with the release that made it READY: its context is saved. */
 		if (__atomic_load_n(&u->state, __ATOMIC_ACQUIRE) == ULT_READY) {
@@ -112,21 +112,21 @@ static inline struct pvrt_ult *ring_take_alone(struct pvrt_ring *r)
 	return NULL;
 }
 
-static inline bool pvrt_lock_try(struct pvrt_lock *l)
+static inline bool rt_lock_try(struct rt_lock *l)
 {
 	uint32_t z = 0;
 	return __atomic_compare_exchange_n(&l->v, &z, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED);
 }
 
-static struct pvrt_ult *inject_pop(struct pvrt_worker *t, bool thief)
+static struct pvrt_ult *inject_pop(struct rt_worker *t, bool thief)
 {
 	if (!__atomic_load_n(&t->inj.n, __ATOMIC_RELAXED))
 		return NULL;
 	if (thief) {
-		if (!pvrt_lock_try(&t->inj.lock))
+		if (!rt_lock_try(&t->inj.lock))
 			return NULL;
 	} else {
-		pvrt_lock_acquire(&t->inj.lock);
+		rt_lock_acquire(&t->inj.lock);
 	}
 	struct pvrt_ult *u = NULL;
 #if PVRT_INJECT_WFCQ
@@ -142,7 +142,7 @@ static struct pvrt_ult *inject_pop(struct pvrt_worker *t, bool thief)
 			t->inj.last = NULL;
 	}
 #endif
-	pvrt_lock_release(&t->inj.lock);
+	rt_lock_release(&t->inj.lock);
 	if (u) {
 		__atomic_fetch_sub(&t->inj.n, 1, __ATOMIC_RELAXED);
 		/* The dequeue made it ours: nobody else can claim a READY_INJ ULT. */
@@ -153,43 +153,43 @@ static struct pvrt_ult *inject_pop(struct pvrt_worker *t, bool thief)
 
 /* ---------------------------------------------------------------- waking workers */
 
-static bool view_parked(const struct pvrt_sched_view *v, unsigned w)
+static bool view_parked(const struct rt_sched_view *v, unsigned w)
 {
 	(void)v;
-	return __atomic_load_n(&pvrt_rt.w[w]->park_word, __ATOMIC_RELAXED) != 0;
+	return __atomic_load_n(&rt_state.w[w]->park_word, __ATOMIC_RELAXED) != 0;
 }
 
-static unsigned view_vcpu(const struct pvrt_sched_view *v, unsigned w)
+static unsigned view_vcpu(const struct rt_sched_view *v, unsigned w)
 {
 	(void)v;
 	/* Relaxed: set once by the worker's thread in slot mode (bpf). */
-	return __atomic_load_n(&pvrt_rt.w[w]->vcpu, __ATOMIC_RELAXED);
+	return __atomic_load_n(&rt_state.w[w]->vcpu, __ATOMIC_RELAXED);
 }
 
-static unsigned view_queued(const struct pvrt_sched_view *v, unsigned w)
+static unsigned view_queued(const struct rt_sched_view *v, unsigned w)
 {
 	(void)v;
-	struct pvrt_worker *x = pvrt_rt.w[w];
+	struct rt_worker *x = rt_state.w[w];
 	uint64_t t = __atomic_load_n(&x->ring.tail, __ATOMIC_RELAXED);
 	uint64_t h = __atomic_load_n(&x->ring.head, __ATOMIC_RELAXED);
 	return (unsigned)(t - h) + __atomic_load_n(&x->inj.n, __ATOMIC_RELAXED);
 }
 
-void pvrt_sched_view_init(struct pvrt_sched_view *v)
+void rt_sched_view_init(struct rt_sched_view *v)
 {
-	v->nworkers = pvrt_rt.nw;
-	v->hint = pvrt_rt.hint;
+	v->nworkers = rt_state.nw;
+	v->hint = rt_state.hint;
 	v->vcpu = view_vcpu;
 	v->parked = view_parked;
 	v->queued = view_queued;
-	v->rt = &pvrt_rt;
+	v->rt = &rt_state;
 }
 
 static __thread uint64_t foreign_rng[2] = {0x9E3779B97F4A7C15ull, 0};
 
-static struct pvrt_sched_caller caller_of(struct pvrt_worker *w)
+static struct rt_sched_caller caller_of(struct rt_worker *w)
 {
-	struct pvrt_sched_caller c;
+	struct rt_sched_caller c;
 	if (w) {
 		c.worker = (int)w->idx;
 		c.rng = w->rng;
@@ -203,15 +203,15 @@ static struct pvrt_sched_caller caller_of(struct pvrt_worker *w)
 }
 
 /* Wake worker i if it is parked. Whoever moves park_word 1->0 accounts for it in nparked. */
-void pvrt_wake_worker(unsigned i)
+void rt_wake_worker(unsigned i)
 {
-	struct pvrt_worker *t = pvrt_rt.w[i];
+	struct rt_worker *t = rt_state.w[i];
 	uint32_t one = 1;
 	/* Seq_cst: the second half of the handshakes in inject_to and stop_workers. */
 	if (__atomic_load_n(&t->park_word, __ATOMIC_SEQ_CST) == 1 &&
 	    __atomic_compare_exchange_n(&t->park_word, &one, 0, 0, __ATOMIC_ACQ_REL,
 					__ATOMIC_RELAXED)) {
-		__atomic_fetch_sub(&pvrt_rt.nparked, 1, __ATOMIC_RELAXED);
+		__atomic_fetch_sub(&rt_state.nparked, 1, __ATOMIC_RELAXED);
 		__atomic_fetch_add(&t->st_unparks, 1, __ATOMIC_RELAXED);
 		os_futex_wake(&t->park_word, 1);
 	}
@@ -222,83 +222,83 @@ void pvrt_wake_worker(unsigned i)
  * steal it. No fence: w itself is running and will run the work anyway, so a missed wake-up here
  * costs parallelism, never progress.
  */
-void pvrt_notify_idle(struct pvrt_worker *w)
+void rt_notify_idle(struct rt_worker *w)
 {
-	if (pvrt_rt.nw == 1 || !__atomic_load_n(&pvrt_rt.nparked, __ATOMIC_RELAXED) ||
-	    __atomic_load_n(&pvrt_rt.nsearching, __ATOMIC_RELAXED))
+	if (rt_state.nw == 1 || !__atomic_load_n(&rt_state.nparked, __ATOMIC_RELAXED) ||
+	    __atomic_load_n(&rt_state.nsearching, __ATOMIC_RELAXED))
 		return;
-	struct pvrt_sched_caller c = caller_of(w);
-	int v = pvrt_rt.pol->wake_idle(&pvrt_rt.view, &c, w->idx);
-	if (v >= 0 && (unsigned)v < pvrt_rt.nw && (unsigned)v != w->idx)
-		pvrt_wake_worker((unsigned)v);
+	struct rt_sched_caller c = caller_of(w);
+	int v = rt_state.pol->wake_idle(&rt_state.view, &c, w->idx);
+	if (v >= 0 && (unsigned)v < rt_state.nw && (unsigned)v != w->idx)
+		rt_wake_worker((unsigned)v);
 }
 
-static void inject_to(struct pvrt_worker *from, unsigned target, struct pvrt_ult *u)
+static void inject_to(struct rt_worker *from, unsigned target, struct pvrt_ult *u)
 {
-	struct pvrt_worker *t = pvrt_rt.w[target];
-	pvrt_inject_push(t, u);
+	struct rt_worker *t = rt_state.w[target];
+	rt_inject_push(t, u);
 	/*
 	 * No lost wake-up with a worker going idle (see idle() in worker.c): it sets park_word=1
 	 * with a seq_cst exchange, then reads its queue count inj.n (seq_cst); we raised inj.n with
-	 * a seq_cst RMW (pvrt_inject_push), then read park_word (seq_cst). All four are in the
+	 * a seq_cst RMW (rt_inject_push), then read park_word (seq_cst). All four are in the
 	 * single seq_cst order, so at least one side sees the other's write: it finds the work, or
 	 * we find it parked and wake it. (Seq_cst operations rather than fences: TSan understands
 	 * them.)
 	 */
 	if (__atomic_load_n(&t->park_word, __ATOMIC_SEQ_CST)) {
-		pvrt_wake_worker(target);
-	} else if (pvhint_vcpu_preempted(pvrt_rt.hint,
+		rt_wake_worker(target);
+	} else if (pvhint_vcpu_preempted(rt_state.hint,
 					 __atomic_load_n(&t->vcpu, __ATOMIC_RELAXED))) {
 		/* The target runs but its vCPU is held by the host: let a parked worker take it. */
-		struct pvrt_sched_caller c = caller_of(from);
-		int v = pvrt_rt.pol->wake_idle(&pvrt_rt.view, &c, target);
-		if (v >= 0 && (unsigned)v < pvrt_rt.nw)
-			pvrt_wake_worker((unsigned)v);
+		struct rt_sched_caller c = caller_of(from);
+		int v = rt_state.pol->wake_idle(&rt_state.view, &c, target);
+		if (v >= 0 && (unsigned)v < rt_state.nw)
+			rt_wake_worker((unsigned)v);
 	}
 }
 
 /* Queue a claimed or blocked ULT on w (the caller's worker) or where it is bound. */
-void pvrt_requeue(struct pvrt_worker *w, struct pvrt_ult *u)
+void rt_requeue(struct rt_worker *w, struct pvrt_ult *u)
 {
-	int b = pvrt_ult_bound(u);
+	int b = rt_ult_bound(u);
 	if (b >= 0 && (unsigned)b != w->idx) {
 		inject_to(w, (unsigned)b, u);
 		return;
 	}
-	pvrt_queue_local(w, u);
+	rt_queue_local(w, u);
 }
 
-void pvrt_ult_ready_from(struct pvrt_worker *w, struct pvrt_ult *u)
+void rt_ult_ready_from(struct rt_worker *w, struct pvrt_ult *u)
 {
 	unsigned target;
-	int b = pvrt_ult_bound(u);
+	int b = rt_ult_bound(u);
 	if (b >= 0) {
 		target = (unsigned)b;
 	} else {
-		struct pvrt_sched_caller c = caller_of(w);
-		target = pvrt_rt.pol->wake_target(&pvrt_rt.view, &c, u->last);
-		if (target >= pvrt_rt.nw)
+		struct rt_sched_caller c = caller_of(w);
+		target = rt_state.pol->wake_target(&rt_state.view, &c, u->last);
+		if (target >= rt_state.nw)
 			target = w ? w->idx : 0;
 	}
 	if (w && target == w->idx)
-		pvrt_requeue(w, u);
+		rt_requeue(w, u);
 	else
 		inject_to(w, target, u);
 }
 
-void pvrt_ult_ready(struct pvrt_ult *u)
+void rt_ult_ready(struct pvrt_ult *u)
 {
 	PVRT_RT_SCOPE();
-	pvrt_ult_ready_from(rt_tls_worker, u);
+	rt_ult_ready_from(rt_tls_worker, u);
 }
 
 /* A claimed ULT found in the wrong place (bound elsewhere): send it home. */
-static void reroute(struct pvrt_worker *w, struct pvrt_ult *u)
+static void reroute(struct rt_worker *w, struct pvrt_ult *u)
 {
-	inject_to(w, (unsigned)pvrt_ult_bound(u), u);
+	inject_to(w, (unsigned)rt_ult_bound(u), u);
 }
 
-struct pvrt_ult *pvrt_local_next(struct pvrt_worker *w)
+struct pvrt_ult *rt_local_next(struct rt_worker *w)
 {
 	for (;;) {
 		/* Every 16th pick takes the injection queue first: ULTs that yield to each other
@@ -309,12 +309,12 @@ struct pvrt_ult *pvrt_local_next(struct pvrt_worker *w)
 		if (unlikely((++w->inj_tick & 15) == 0))
 			u = inject_pop(w, false);
 		if (!u)
-			u = pvrt_rt.nw == 1 ? ring_take_alone(&w->ring) : ring_take(&w->ring);
+			u = rt_state.nw == 1 ? ring_take_alone(&w->ring) : ring_take(&w->ring);
 		if (!u)
 			u = inject_pop(w, false);
 		if (!u)
 			return NULL;
-		if (unlikely(pvrt_bound_elsewhere(u, w))) {
+		if (unlikely(rt_bound_elsewhere(u, w))) {
 			reroute(w, u);
 			continue;
 		}
@@ -322,22 +322,22 @@ struct pvrt_ult *pvrt_local_next(struct pvrt_worker *w)
 	}
 }
 
-struct pvrt_ult *pvrt_steal(struct pvrt_worker *w)
+struct pvrt_ult *rt_steal(struct rt_worker *w)
 {
-	struct pvrt_sched_caller c = caller_of(w);
+	struct rt_sched_caller c = caller_of(w);
 	for (unsigned a = 0;; a++) {
-		int v = pvrt_rt.pol->steal_victim(&pvrt_rt.view, &c, a);
-		if (v < 0 || (unsigned)v >= pvrt_rt.nw)
+		int v = rt_state.pol->steal_victim(&rt_state.view, &c, a);
+		if (v < 0 || (unsigned)v >= rt_state.nw)
 			return NULL;
 		if ((unsigned)v == w->idx)
 			continue;
-		struct pvrt_worker *x = pvrt_rt.w[v];
+		struct rt_worker *x = rt_state.w[v];
 		struct pvrt_ult *u = ring_take(&x->ring);
 		if (!u)
 			u = inject_pop(x, true);
 		if (!u)
 			continue;
-		if (pvrt_bound_elsewhere(u, w)) {
+		if (rt_bound_elsewhere(u, w)) {
 			reroute(w, u);
 			continue;
 		}
@@ -346,13 +346,13 @@ struct pvrt_ult *pvrt_steal(struct pvrt_worker *w)
 	}
 }
 
-bool pvrt_has_work(struct pvrt_worker *w)
+bool rt_has_work(struct rt_worker *w)
 {
 	/* Seq_cst load of inj.n: the parking side of the handshake in inject_to. */
 	if (ring_nonempty(&w->ring) || __atomic_load_n(&w->inj.n, __ATOMIC_SEQ_CST))
 		return true;
-	for (unsigned i = 0; i < pvrt_rt.nw; i++)
-		if (i != w->idx && ring_nonempty(&pvrt_rt.w[i]->ring))
+	for (unsigned i = 0; i < rt_state.nw; i++)
+		if (i != w->idx && ring_nonempty(&rt_state.w[i]->ring))
 			return true;
 	return false;
 }

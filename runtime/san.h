@@ -24,14 +24,14 @@
 #endif
 
 /* Per-context sanitizer state. */
-struct pvrt_san {
+struct rt_san {
 	const void *bottom; /* lowest usable stack address */
 	size_t size;
 	void *asan_fake;  /* ASan fake stack of the suspended context */
 	void *tsan_fiber; /* TSan fiber of the context */
 };
 
-static inline void pvrt_san_fiber_create(struct pvrt_san *s)
+static inline void rt_san_fiber_create(struct rt_san *s)
 {
 #if defined(PVRT_TSAN)
 	s->tsan_fiber = __tsan_create_fiber(0);
@@ -40,7 +40,7 @@ static inline void pvrt_san_fiber_create(struct pvrt_san *s)
 #endif
 }
 
-static inline void pvrt_san_fiber_current(struct pvrt_san *s)
+static inline void rt_san_fiber_current(struct rt_san *s)
 {
 #if defined(PVRT_TSAN)
 	s->tsan_fiber = __tsan_get_current_fiber();
@@ -49,7 +49,7 @@ static inline void pvrt_san_fiber_current(struct pvrt_san *s)
 #endif
 }
 
-static inline void pvrt_san_fiber_destroy(struct pvrt_san *s)
+static inline void rt_san_fiber_destroy(struct rt_san *s)
 {
 #if defined(PVRT_TSAN)
 	if (s->tsan_fiber)
@@ -61,7 +61,7 @@ static inline void pvrt_san_fiber_destroy(struct pvrt_san *s)
 }
 
 /* Before switching from 'from' (dying: it never resumes) to 'to'. */
-static inline void pvrt_san_switch(struct pvrt_san *from, struct pvrt_san *to, int dying)
+static inline void rt_san_switch(struct rt_san *from, struct rt_san *to, int dying)
 {
 #if defined(PVRT_ASAN)
 	__sanitizer_start_switch_fiber(dying ? NULL : &from->asan_fake, to->bottom, to->size);
@@ -75,7 +75,7 @@ static inline void pvrt_san_switch(struct pvrt_san *from, struct pvrt_san *to, i
 }
 
 /* First thing after resuming in context 'self' (the one switched to). */
-static inline void pvrt_san_resumed(struct pvrt_san *self)
+static inline void rt_san_resumed(struct rt_san *self)
 {
 #if defined(PVRT_ASAN)
 	__sanitizer_finish_switch_fiber(self->asan_fake, NULL, NULL);
@@ -83,7 +83,7 @@ static inline void pvrt_san_resumed(struct pvrt_san *self)
 	(void)self;
 }
 
-static inline unsigned pvrt_san_stack_register(void *lo, void *hi)
+static inline unsigned rt_san_stack_register(void *lo, void *hi)
 {
 #if defined(PVRT_HAVE_VALGRIND)
 	return VALGRIND_STACK_REGISTER(lo, hi);
@@ -94,7 +94,7 @@ static inline unsigned pvrt_san_stack_register(void *lo, void *hi)
 #endif
 }
 
-static inline void pvrt_san_stack_deregister(unsigned id)
+static inline void rt_san_stack_deregister(unsigned id)
 {
 #if defined(PVRT_HAVE_VALGRIND)
 	VALGRIND_STACK_DEREGISTER(id);
@@ -109,7 +109,7 @@ static inline void pvrt_san_stack_deregister(unsigned id)
  * would inherit the redzones of frames that never returned there (the contexts abandoned at
  * their last switch) and report accesses of new frames to them.
  */
-static inline void pvrt_san_stack_fresh(void *lo, size_t len)
+static inline void rt_san_stack_fresh(void *lo, size_t len)
 {
 #if defined(PVRT_ASAN)
 	__asan_unpoison_memory_region(lo, len);
@@ -119,7 +119,7 @@ static inline void pvrt_san_stack_fresh(void *lo, size_t len)
 #endif
 }
 
-static inline int pvrt_san_on_valgrind(void)
+static inline int rt_san_on_valgrind(void)
 {
 #if defined(PVRT_HAVE_VALGRIND)
 	return RUNNING_ON_VALGRIND != 0;

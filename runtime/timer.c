@@ -29,7 +29,7 @@
 
 #include <stdlib.h>
 
-static void arm(struct pvrt_worker *w, uint64_t dl)
+static void arm(struct rt_worker *w, uint64_t dl)
 {
 	/* Relaxed: the owner reads it racily and only ever checks too early, never too late. */
 	__atomic_store_n(&w->armed, dl, __ATOMIC_RELAXED);
@@ -37,15 +37,15 @@ static void arm(struct pvrt_worker *w, uint64_t dl)
 		__atomic_fetch_add(&w->st_timer_arms, 1, __ATOMIC_RELAXED);
 }
 
-static void heap_set(struct pvrt_worker *w, unsigned i, struct pvrt_timer *t)
+static void heap_set(struct rt_worker *w, unsigned i, struct rt_timer *t)
 {
 	w->heap[i] = t;
 	t->pos = i + 1;
 }
 
-static void sift_up(struct pvrt_worker *w, unsigned i)
+static void sift_up(struct rt_worker *w, unsigned i)
 {
-	struct pvrt_timer *t = w->heap[i];
+	struct rt_timer *t = w->heap[i];
 	while (i) {
 		unsigned p = (i - 1) / 2;
 		if (w->heap[p]->deadline <= t->deadline)
@@ -56,9 +56,9 @@ static void sift_up(struct pvrt_worker *w, unsigned i)
 	heap_set(w, i, t);
 }
 
-static void sift_down(struct pvrt_worker *w, unsigned i)
+static void sift_down(struct rt_worker *w, unsigned i)
 {
-	struct pvrt_timer *t = w->heap[i];
+	struct rt_timer *t = w->heap[i];
 	for (;;) {
 		unsigned c = 2 * i + 1;
 		if (c >= w->nheap)
@@ -73,14 +73,14 @@ static void sift_down(struct pvrt_worker *w, unsigned i)
 	heap_set(w, i, t);
 }
 
-static void heap_remove(struct pvrt_worker *w, struct pvrt_timer *t)
+static void heap_remove(struct rt_worker *w, struct rt_timer *t)
 {
 	unsigned i = t->pos - 1;
 	t->pos = 0;
 	w->nheap--;
 	if (i == w->nheap)
 		return;
-	struct pvrt_timer *last = w->heap[w->nheap];
+	struct rt_timer *last = w->heap[w->nheap];
 	heap_set(w, i, last);
 	if (i && w->heap[(i - 1) / 2]->deadline > last->deadline)
 		sift_up(w, i);
@@ -88,74 +88,74 @@ static void heap_remove(struct pvrt_worker *w, struct pvrt_timer *t)
 		sift_down(w, i);
 }
 
-int pvrt_timer_add(struct pvrt_worker *w, struct pvrt_timer *t)
+int rt_timer_add(struct rt_worker *w, struct rt_timer *t)
 {
 	t->w = w;
 	t->fired = 0;
-	pvrt_lock_acquire(&w->tlock);
+	rt_lock_acquire(&w->tlock);
 	if (w->nheap == w->capheap) {
 		unsigned cap = w->capheap ? 2 * w->capheap : 64;
-		struct pvrt_timer **h = pvrt_alloc(cap * sizeof(*h));
+		struct rt_timer **h = rt_alloc(cap * sizeof(*h));
 		if (!h) {
-			pvrt_lock_release(&w->tlock);
+			rt_lock_release(&w->tlock);
 			return -ENOMEM; /* not queued: the caller must not wait for it */
 		}
 		for (unsigned i = 0; i < w->nheap; i++)
 			h[i] = w->heap[i];
-		pvrt_free(w->heap, w->capheap * sizeof(*h));
+		rt_free(w->heap, w->capheap * sizeof(*h));
 		w->heap = h;
 		w->capheap = cap;
 	}
 	heap_set(w, w->nheap, t);
 	w->nheap++;
 	sift_up(w, w->nheap - 1);
-	if (pvrt_rt.eager_timers)
-		arm(w, w->heap[0]->deadline + pvrt_rt.timer_slack);
-	else if (t->deadline + pvrt_rt.timer_slack < w->armed)
-		arm(w, t->deadline + pvrt_rt.timer_slack);
-	pvrt_lock_release(&w->tlock);
+	if (rt_state.eager_timers)
+		arm(w, w->heap[0]->deadline + rt_state.timer_slack);
+	else if (t->deadline + rt_state.timer_slack < w->armed)
+		arm(w, t->deadline + rt_state.timer_slack);
+	rt_lock_release(&w->tlock);
 	__atomic_fetch_add(&w->st_timer_adds, 1, __ATOMIC_RELAXED);
 	return 0;
 }
 
-void pvrt_timer_cancel(struct pvrt_timer *t)
+void rt_timer_cancel(struct rt_timer *t)
 {
-	struct pvrt_worker *w = t->w;
+	struct rt_worker *w = t->w;
 	if (!w)
 		return;
-	pvrt_lock_acquire(&w->tlock);
+	rt_lock_acquire(&w->tlock);
 	if (t->pos) {
 		heap_remove(w, t);
-		if (pvrt_rt.eager_timers)
-			arm(w, w->nheap ? w->heap[0]->deadline + pvrt_rt.timer_slack : UINT64_MAX);
+		if (rt_state.eager_timers)
+			arm(w, w->nheap ? w->heap[0]->deadline + rt_state.timer_slack : UINT64_MAX);
 	}
-	pvrt_lock_release(&w->tlock);
+	rt_lock_release(&w->tlock);
 }
 
-unsigned pvrt_timers_run(struct pvrt_worker *w, uint64_t now)
+unsigned rt_timers_run(struct rt_worker *w, uint64_t now)
 {
-	if (!pvrt_timers_due(w, now))
+	if (!rt_timers_due(w, now))
 		return 0;
 	unsigned n = 0;
-	pvrt_lock_acquire(&w->tlock);
+	rt_lock_acquire(&w->tlock);
 	if (w->armed <= now)
 		__atomic_fetch_add(&w->st_timer_fires, 1, __ATOMIC_RELAXED);
 	while (w->nheap && w->heap[0]->deadline <= now) {
-		struct pvrt_timer *t = w->heap[0];
+		struct rt_timer *t = w->heap[0];
 		heap_remove(w, t);
 		t->fired = 1;
 		t->fn(t);
 		n++;
 	}
 	/* Arm the next deadline from here (both variants). */
-	arm(w, w->nheap ? w->heap[0]->deadline + pvrt_rt.timer_slack : UINT64_MAX);
-	pvrt_lock_release(&w->tlock);
+	arm(w, w->nheap ? w->heap[0]->deadline + rt_state.timer_slack : UINT64_MAX);
+	rt_lock_release(&w->tlock);
 	return n;
 }
 
-void pvrt_timers_fini(struct pvrt_worker *w)
+void rt_timers_fini(struct rt_worker *w)
 {
-	pvrt_free(w->heap, w->capheap * sizeof(*w->heap));
+	rt_free(w->heap, w->capheap * sizeof(*w->heap));
 	w->heap = NULL;
 	w->nheap = w->capheap = 0;
 }

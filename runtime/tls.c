@@ -16,7 +16,7 @@
  * glibc's nptl_db/structs.def and nptl/db_info.c), from the kernel (the robust-list head glibc
  * registered, get_robust_list) and from public symbols (__rseq_offset); the rest of the layout
  * we rely on is checked against the calling thread's own descriptor at init. Without any of it,
- * pvrt_tls_init fails and M:N mode is refused.
+ * rt_tls_init fails and M:N mode is refused.
  */
 #define _GNU_SOURCE
 #include "internal.h"
@@ -86,13 +86,13 @@ static struct {
 	size_t kw_size[MAX_KWORDS];
 	unsigned nkw;
 	/* The owner words of ld.so's recursive locks (in _rtld_global): the kernel tid of the
-	 * thread that holds each (pvrt_tls_ldso_locked). */
+	 * thread that holds each (rt_tls_ldso_locked). */
 	int *ldso_owner[MAX_LDSO_LOCKS]; /* at most 32: a mask holds them */
 	unsigned nldso;
 	bool ldso_known;
 } T;
 
-static struct pvrt_lock init_lock;
+static struct rt_lock init_lock;
 
 static const uint32_t *db_desc(const char *name)
 {
@@ -164,7 +164,7 @@ static int discover(void)
 
 	/* Check against our own descriptor: specific[0] points to specific_1stblock, which
 	 * precedes the array (nptl/descr.h); tid is the kernel's. */
-	char *pd = pd_of(pvrt_tp_get());
+	char *pd = pd_of(rt_tp_get());
 	if (*(void **)(pd + T.off_specific) !=
 	    pd + T.off_specific - KEY_L2 * sizeof(struct key_data))
 		return fail("glibc's thread-specific data layout is not the expected one");
@@ -212,17 +212,17 @@ static int discover(void)
 #if defined(__x86_64__)
 	T.fsgsbase = (getauxval(AT_HWCAP2) & 2) != 0; /* HWCAP2_FSGSBASE: the kernel enabled it */
 #endif
-	size_t ps = pvrt_page_size();
+	size_t ps = rt_page_size();
 	size_t a = T.static_align < 64 ? 64 : T.static_align;
 	T.static_align = a;
 	T.reserve = (T.static_size + a + sizeof(struct trailer) + a + ps - 1) / ps * ps;
 
 	/* Kernel-thread words: the worker pointer, the hint source's. */
-	char *tp = pvrt_tp_get();
+	char *tp = rt_tp_get();
 	T.kw_off[0] = (char *)&rt_tls_worker - tp;
 	T.kw_size[0] = sizeof(rt_tls_worker);
-	T.kw_off[1] = (char *)&pvrt_tls_m - tp; /* the kernel thread (sysmon.c) */
-	T.kw_size[1] = sizeof(pvrt_tls_m);
+	T.kw_off[1] = (char *)&rt_tls_m - tp; /* the kernel thread (sysmon.c) */
+	T.kw_size[1] = sizeof(rt_tls_m);
 	struct pvhint_tls_word hw[MAX_KWORDS - 2];
 	unsigned n = pvhint_thread_tls_words(hw, MAX_KWORDS - 2);
 	if (n > MAX_KWORDS - 2)
@@ -296,12 +296,12 @@ static void ldso_find(void)
 	T.ldso_known = p.held == 1 && n == T.nldso && n >= 2;
 }
 
-bool pvrt_tls_ldso_known(void)
+bool rt_tls_ldso_known(void)
 {
 	return T.ldso_known;
 }
 
-bool pvrt_tls_ldso_locked(int tid)
+bool rt_tls_ldso_locked(int tid)
 {
 	for (unsigned i = 0; i < T.nldso; i++)
 		if (__atomic_load_n(T.ldso_owner[i], __ATOMIC_RELAXED) == tid)
@@ -309,7 +309,7 @@ bool pvrt_tls_ldso_locked(int tid)
 	return false;
 }
 
-unsigned pvrt_tls_ldso_disown(int tid)
+unsigned rt_tls_ldso_disown(int tid)
 {
 	unsigned held = 0;
 	for (unsigned i = 0; i < T.nldso; i++)
@@ -323,31 +323,31 @@ unsigned pvrt_tls_ldso_disown(int tid)
 	return held;
 }
 
-void pvrt_tls_ldso_own(unsigned held)
+void rt_tls_ldso_own(unsigned held)
 {
 	/* The tid glibc compares with when it unlocks: the one cached in the running TCB. */
-	int tid = *(int *)(pd_of(pvrt_tp_get()) + T.off_tid);
+	int tid = *(int *)(pd_of(rt_tp_get()) + T.off_tid);
 	for (unsigned i = 0; i < T.nldso; i++)
 		if (held & (1u << i))
 			__atomic_store_n(T.ldso_owner[i], tid, __ATOMIC_RELAXED);
 }
 
-int pvrt_tls_init(const char **why)
+int rt_tls_init(const char **why)
 {
-	pvrt_lock_acquire(&init_lock);
+	rt_lock_acquire(&init_lock);
 	int r = T.state == 1 ? 0 : T.state == -1 ? -ENOSYS : discover();
-	pvrt_lock_release(&init_lock);
+	rt_lock_release(&init_lock);
 	if (r && why)
 		*why = T.why;
 	return r;
 }
 
-size_t pvrt_tls_reserve(void)
+size_t rt_tls_reserve(void)
 {
 	return T.reserve;
 }
 
-void *pvrt_tls_create(struct pvrt_ult *u, void *stack, size_t len, size_t guard, void **stack_top)
+void *rt_tls_create(struct pvrt_ult *u, void *stack, size_t len, size_t guard, void **stack_top)
 {
 	uintptr_t top = (uintptr_t)stack + len;
 	uintptr_t a = T.static_align;
@@ -369,7 +369,7 @@ void *pvrt_tls_create(struct pvrt_ult *u, void *stack, size_t len, size_t guard,
 	tr->magic = TRAILER_MAGIC;
 	tr->ult = u;
 
-	char *me = pd_of(pvrt_tp_get());
+	char *me = pd_of(rt_tp_get());
 #if defined(__x86_64__)
 	/* tcbhead_t: tcb (0), dtv (8, set by ld.so), self (16), multiple_threads (24),
 	 * stack_guard (40), pointer_guard (48), feature_1 (72, CET). */
@@ -416,12 +416,12 @@ static uintptr_t tls_top(const void *tp)
 #else
 	uintptr_t end = (uintptr_t)tp + T.static_size + sizeof(struct trailer);
 #endif
-	uintptr_t ps = pvrt_page_size();
+	uintptr_t ps = rt_page_size();
 	uintptr_t top = (end + ps - 1) & ~(ps - 1);
 	return top - end < T.static_align ? top : 0;
 }
 
-struct pvrt_ult *pvrt_tls_ult_of(const void *tp)
+struct pvrt_ult *rt_tls_ult_of(const void *tp)
 {
 	if (T.state != 1 || !tp)
 		return NULL;
@@ -435,24 +435,24 @@ struct pvrt_ult *pvrt_tls_ult_of(const void *tp)
 /* The mapping of a kernel TCB: its size is fixed at init (the reserve plus a page below it). */
 static size_t kernel_tls_len(void)
 {
-	return T.reserve + pvrt_page_size();
+	return T.reserve + rt_page_size();
 }
 
-void *pvrt_tls_kernel_create(void)
+void *rt_tls_kernel_create(void)
 {
 	size_t len = kernel_tls_len();
 	void *mem = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (mem == MAP_FAILED)
 		return NULL;
 	void *top;
-	/* No ULT behind it (pvrt_tls_ult_of says NULL); the tid and guards are the caller's. */
-	void *tp = pvrt_tls_create(NULL, mem, len, 0, &top);
+	/* No ULT behind it (rt_tls_ult_of says NULL); the tid and guards are the caller's. */
+	void *tp = rt_tls_create(NULL, mem, len, 0, &top);
 	if (!tp)
 		munmap(mem, len);
 	return tp;
 }
 
-void pvrt_tls_kernel_free(void *tp)
+void rt_tls_kernel_free(void *tp)
 {
 	uintptr_t top = tls_top(tp);
 	T.deallocate(tp, false);
@@ -494,25 +494,25 @@ static void run_key_destructors(char *pd)
 		}
 }
 
-void pvrt_tls_start(void)
+void rt_tls_start(void)
 {
 	/* As glibc's start_thread, first thing on the new thread's own TLS. */
 	T.ctype_init();
 }
 
-void pvrt_tls_exit(void)
+void rt_tls_exit(void)
 {
 	/* The order of glibc's start_thread: thread_local destructors, then keys. */
 	T.call_tls_dtors();
-	run_key_destructors(pd_of(pvrt_tp_get()));
+	run_key_destructors(pd_of(rt_tp_get()));
 }
 
-void pvrt_tls_release(void *tp)
+void rt_tls_release(void *tp)
 {
 	T.deallocate(tp, false);
 }
 
-void pvrt_tp_set(void *tp)
+void rt_tp_set(void *tp)
 {
 #if defined(__x86_64__)
 	if (likely(T.fsgsbase))
@@ -524,7 +524,7 @@ void pvrt_tp_set(void *tp)
 #endif
 }
 
-void pvrt_tls_switch(struct pvrt_worker *w, void *tp)
+void rt_tls_switch(struct rt_worker *w, void *tp)
 {
 	if (tp != w->tp) {
 		/* Into a ULT's TLS: what belongs to the kernel thread first (written through the
@@ -544,26 +544,26 @@ void pvrt_tls_switch(struct pvrt_worker *w, void *tp)
 		}
 		*(int *)(pd_of(tp) + T.off_tid) = w->tid;
 	}
-	pvrt_tp_set(tp);
+	rt_tp_set(tp);
 	w->cur_tp = tp;
 }
 
-void pvrt_tls_home(void *own)
+void rt_tls_home(void *own)
 {
-	char *cur = pvrt_tp_get();
+	char *cur = rt_tp_get();
 	if (cur != own) {
 		/* The kernel-thread words this thread changed while it ran on a ULT's TLS (its
 		 * worker pointer cleared, the hint source's detach) go back with it. */
 		for (unsigned i = 0; i < T.nkw; i++)
 			memcpy((char *)own + T.kw_off[i], cur + T.kw_off[i], T.kw_size[i]);
 	}
-	pvrt_tp_set(own);
+	rt_tp_set(own);
 }
 
-void pvrt_tls_worker_start(struct pvrt_worker *w)
+void rt_tls_worker_start(struct rt_worker *w)
 {
-	w->tp = pvrt_tp_get();
+	w->tp = rt_tp_get();
 	w->cur_tp = w->tp;
 	w->tid = (int)syscall(SYS_gettid);
-	w->sigmask = pvrt_kernel_sigmask();
+	w->sigmask = rt_kernel_sigmask();
 }

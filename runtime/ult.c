@@ -6,7 +6,7 @@
  * Switching protocol. A context never touches the queues on its own behalf before it is
  * suspended: e.g., a yielding ULT must not appear in a queue while it still runs on its stack, or
  * a thief could resume it twice. So every switch leaves a *post action* in the worker
- * (w->post_fn/post_arg) that the context switched to runs first thing (pvrt_after_switch):
+ * (w->post_fn/post_arg) that the context switched to runs first thing (rt_after_switch):
  * requeue the yielder, release the futex bucket lock a blocker holds, recycle the stack of an
  * exited ULT. The post action runs on the same kernel thread right after the switch, so it
  * always finds it in the worker that stored it.
@@ -21,9 +21,9 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-__thread struct pvrt_worker *rt_tls_worker;
+__thread struct rt_worker *rt_tls_worker;
 
-__attribute__((noinline)) struct pvrt_worker *pvrt_worker_cur(void)
+__attribute__((noinline)) struct rt_worker *rt_worker_cur(void)
 {
 	/* The empty asm keeps the compiler from treating this as pure and reusing an old result. */
 	__asm__ volatile("" ::: "memory");
@@ -45,9 +45,9 @@ __attribute__((noinline)) struct pvrt_worker *pvrt_worker_cur(void)
  */
 static void ult_entry(void *arg);
 
-static inline void swap_hot(struct pvrt_worker *w, struct pvrt_ult *u)
+static inline void swap_hot(struct rt_worker *w, struct pvrt_ult *u)
 {
-	if (u->stack_len != pvrt_rt.stack_size || !u->stack || u->tp)
+	if (u->stack_len != rt_state.stack_size || !u->stack || u->tp)
 		return;
 	void *s = w->hot;
 	unsigned vg = w->hot_vg;
@@ -59,13 +59,13 @@ static inline void swap_hot(struct pvrt_worker *w, struct pvrt_ult *u)
 
 /* Before the first switch to u: give it a stack (the warm one when there is one) and build its
  * initial frame there, with the floating-point state its creator had. */
-static void first_run(struct pvrt_worker *w, struct pvrt_ult *u)
+static void first_run(struct rt_worker *w, struct pvrt_ult *u)
 {
 	if (w->hot)
 		swap_hot(w, u);
 	/* With TLS of its own the stack ends below the TLS blocks at its top (tls.c). */
 	char *end = u->tp ? (char *)u->stack_top : (char *)u->stack + u->stack_len;
-	u->ctx.sp = pvrt_ctx_make_fp(end, ult_entry, u, u->fpstate);
+	u->ctx.sp = rt_ctx_make_fp(end, ult_entry, u, u->fpstate);
 	u->ctx.san.bottom = (char *)u->stack + u->guard;
 	u->ctx.san.size = (size_t)(end - (char *)u->ctx.san.bottom);
 }
@@ -74,26 +74,26 @@ static void first_run(struct pvrt_worker *w, struct pvrt_ult *u)
 
 /* The next ULT for w when the running one yields or exits (holding no lock); checks timers now
  * and then. */
-static struct pvrt_ult *pick_next(struct pvrt_worker *w)
+static struct pvrt_ult *pick_next(struct rt_worker *w)
 {
 	uint64_t armed = __atomic_load_n(&w->armed, __ATOMIC_RELAXED);
 	if (unlikely(armed != UINT64_MAX) && (++w->tick & 63) == 0)
-		pvrt_timers_run(w, os_now_ns());
-	struct pvrt_ult *u = pvrt_local_next(w);
-	if (!u && armed != UINT64_MAX && pvrt_timers_run(w, os_now_ns()))
-		u = pvrt_local_next(w);
+		rt_timers_run(w, os_now_ns());
+	struct pvrt_ult *u = rt_local_next(w);
+	if (!u && armed != UINT64_MAX && rt_timers_run(w, os_now_ns()))
+		u = rt_local_next(w);
 	return u;
 }
 
-void pvrt_after_switch(void)
+void rt_after_switch(void)
 {
-	struct pvrt_worker *w = pvrt_worker_cur();
+	struct rt_worker *w = rt_worker_cur();
 	if (unlikely(!w)) {
-		pvrt_m_home_resumed(); /* this thread lost its worker (sysmon.c) */
+		rt_m_home_resumed(); /* this thread lost its worker (sysmon.c) */
 		return;
 	}
-	pvrt_san_resumed(w->cur ? &w->cur->ctx.san : &w->sched.san);
-	void (*fn)(struct pvrt_worker *, void *) = w->post_fn;
+	rt_san_resumed(w->cur ? &w->cur->ctx.san : &w->sched.san);
+	void (*fn)(struct rt_worker *, void *) = w->post_fn;
 	if (fn) {
 		w->post_fn = NULL;
 		fn(w, w->post_arg);
@@ -101,10 +101,10 @@ void pvrt_after_switch(void)
 }
 
 /* Suspend 'from' and run 'to' (a ULT, or w's scheduler when NULL). */
-static void switch_ctx(struct pvrt_worker *w, struct pvrt_ctxrec *from, struct pvrt_ult *to,
-		       void (*post)(struct pvrt_worker *, void *), void *arg, int dying)
+static void switch_ctx(struct rt_worker *w, struct rt_ctxrec *from, struct pvrt_ult *to,
+		       void (*post)(struct rt_worker *, void *), void *arg, int dying)
 {
-	struct pvrt_ctxrec *tc = to ? &to->ctx : &w->sched;
+	struct rt_ctxrec *tc = to ? &to->ctx : &w->sched;
 	if (unlikely(!tc->sp))
 		first_run(w, to);
 	w->post_fn = post;
@@ -113,25 +113,25 @@ static void switch_ctx(struct pvrt_worker *w, struct pvrt_ctxrec *from, struct p
 	if (to)
 		to->last = (int)w->idx;
 	PVRT_STAT_INC(w, st_switches);
-	pvrt_san_switch(&from->san, &tc->san, dying);
+	rt_san_switch(&from->san, &tc->san, dying);
 	/* ULTs with TLS of their own: the thread pointer goes with the stack (the one place). */
 	void *tp = to && to->tp ? to->tp : w->tp;
 	if (unlikely(tp != w->cur_tp))
-		pvrt_tls_switch(w, tp);
+		rt_tls_switch(w, tp);
 	/* Per-ULT signal masks (with per-ULT TLS): a system call only when the next ULT's mask
 	 * differs from the one loaded (the scheduler context keeps whatever is loaded). */
-	if (unlikely(pvrt_rt.ult_tls) && to && to->sigmask != w->sigmask) {
+	if (unlikely(rt_state.ult_tls) && to && to->sigmask != w->sigmask) {
 		syscall(SYS_rt_sigprocmask, SIG_SETMASK, &to->sigmask, NULL, 8);
 		w->sigmask = to->sigmask;
 	}
 	/* ld.so's locks go with the context that holds them (tls.h): a ULT that waits inside
 	 * dlopen (a library constructor taking a contended lock) resumes on whichever kernel thread
 	 * runs it then, and the ULTs that run here meanwhile must not take them "recursively". */
-	unsigned ldso = unlikely(pvrt_rt.ult_tls) ? pvrt_tls_ldso_disown(w->tid) : 0;
-	pvrt_ctx_switch(&from->sp, tc->sp);
-	pvrt_after_switch();
+	unsigned ldso = unlikely(rt_state.ult_tls) ? rt_tls_ldso_disown(w->tid) : 0;
+	rt_ctx_switch(&from->sp, tc->sp);
+	rt_after_switch();
 	if (unlikely(ldso))
-		pvrt_tls_ldso_own(ldso);
+		rt_tls_ldso_own(ldso);
 }
 
 /*
@@ -139,47 +139,47 @@ static void switch_ctx(struct pvrt_worker *w, struct pvrt_ctxrec *from, struct p
  * switch_ctx does per switch besides the stack (the M:N mode's thread pointer) belongs here too:
  * the home context runs with the kernel thread's own.
  */
-void pvrt_switch_home(struct pvrt_ult *self, struct pvrt_m *m)
+void rt_switch_home(struct pvrt_ult *self, struct rt_m *m)
 {
 	/* The home context runs on the thread's own TLS (the worker went to another thread,
 	 * whose thread pointer the worker now records: take()), with the kernel-thread words as
-	 * this thread left them on the ULT's (no worker: pvrt_after_switch must see NULL). */
+	 * this thread left them on the ULT's (no worker: rt_after_switch must see NULL). */
 	unsigned ldso = 0;
-	if (pvrt_rt.ult_tls && m->tp) {
+	if (rt_state.ult_tls && m->tp) {
 		/* Its ld.so locks go with the ULT (see switch_ctx): a library constructor under
 		 * dlopen calls pthread functions, and so enters the runtime and notices the loss.
 		 * Open MPI's ranks under --mn hung in dlsym, the primary waiting on a lock owned
 		 * by the tid it had left. */
-		ldso = pvrt_tls_ldso_disown(m->tid);
-		pvrt_tls_home(m->tp);
+		ldso = rt_tls_ldso_disown(m->tid);
+		rt_tls_home(m->tp);
 	}
-	pvrt_san_switch(&self->ctx.san, &m->home.san, 0);
-	pvrt_ctx_switch(&self->ctx.sp, m->home.sp);
-	pvrt_after_switch();
+	rt_san_switch(&self->ctx.san, &m->home.san, 0);
+	rt_ctx_switch(&self->ctx.sp, m->home.sp);
+	rt_after_switch();
 	if (ldso)
-		pvrt_tls_ldso_own(ldso);
+		rt_tls_ldso_own(ldso);
 }
 
-void pvrt_switch(struct pvrt_worker *w, struct pvrt_ctxrec *from, struct pvrt_ult *to,
-		 void (*post)(struct pvrt_worker *, void *), void *arg)
+void rt_switch(struct rt_worker *w, struct rt_ctxrec *from, struct pvrt_ult *to,
+	       void (*post)(struct rt_worker *, void *), void *arg)
 {
 	switch_ctx(w, from, to, post, arg, 0);
 }
 
-static void post_requeue(struct pvrt_worker *w, void *arg)
+static void post_requeue(struct rt_worker *w, void *arg)
 {
-	pvrt_requeue(w, arg);
+	rt_requeue(w, arg);
 }
 
-static void post_ready(struct pvrt_worker *w, void *arg)
+static void post_ready(struct rt_worker *w, void *arg)
 {
 	(void)w;
-	pvrt_ult_ready(arg);
+	rt_ult_ready(arg);
 }
 
-void pvrt_ult_block(void (*post)(struct pvrt_worker *, void *), void *arg)
+void rt_ult_block(void (*post)(struct rt_worker *, void *), void *arg)
 {
-	struct pvrt_worker *w = rt_tls_worker;
+	struct rt_worker *w = rt_tls_worker;
 	struct pvrt_ult *self = w->cur;
 	/*
 	 * No timers fired here: the caller may hold a lock its post action releases (a futex
@@ -188,17 +188,17 @@ void pvrt_ult_block(void (*post)(struct pvrt_worker *, void *), void *arg)
 	 */
 	struct pvrt_ult *next = NULL;
 	uint64_t armed = __atomic_load_n(&w->armed, __ATOMIC_RELAXED);
-	if (likely(armed == UINT64_MAX) || (++w->tick & 63) || !pvrt_timers_due(w, os_now_ns()))
-		next = pvrt_local_next(w);
+	if (likely(armed == UINT64_MAX) || (++w->tick & 63) || !rt_timers_due(w, os_now_ns()))
+		next = rt_local_next(w);
 	switch_ctx(w, &self->ctx, next, post, arg, 0);
 }
 
 bool rt_ult_try_yield_to(struct pvrt_ult *u)
 {
 	PVRT_RT_SCOPE();
-	struct pvrt_worker *w = rt_tls_worker;
+	struct rt_worker *w = rt_tls_worker;
 	struct pvrt_ult *self = w ? w->cur : NULL;
-	if (!self || !u || u == self || pvrt_bound_elsewhere(u, w))
+	if (!self || !u || u == self || rt_bound_elsewhere(u, w))
 		return false;
 	uint32_t s = ULT_READY;
 	/* Acquire: pairs with the release that made it READY (its context is saved). */
@@ -212,23 +212,23 @@ bool rt_ult_try_yield_to(struct pvrt_ult *u)
 bool rt_ult_can_yield_to(const struct pvrt_ult *u)
 {
 	PVRT_RT_SCOPE();
-	struct pvrt_worker *w = pvrt_worker_cur();
+	struct rt_worker *w = rt_worker_cur();
 	struct pvrt_ult *self = w ? w->cur : NULL;
 	/* Relaxed: a hint; rt_ult_try_yield_to's CAS decides. */
-	return self && u && u != self && !pvrt_bound_elsewhere(u, w) &&
+	return self && u && u != self && !rt_bound_elsewhere(u, w) &&
 	       __atomic_load_n(&u->state, __ATOMIC_RELAXED) == ULT_READY;
 }
 
-uint64_t pvrt_kernel_sigmask(void)
+uint64_t rt_kernel_sigmask(void)
 {
 	uint64_t m = 0;
 	syscall(SYS_rt_sigprocmask, SIG_BLOCK, NULL, &m, 8);
 	return m;
 }
 
-void pvrt_ult_sigmask_changed(uint64_t m)
+void rt_ult_sigmask_changed(uint64_t m)
 {
-	struct pvrt_worker *w = pvrt_worker_cur();
+	struct rt_worker *w = rt_worker_cur();
 	if (w && w->cur) {
 		w->cur->sigmask = m;
 		w->sigmask = m;
@@ -238,14 +238,14 @@ void pvrt_ult_sigmask_changed(uint64_t m)
 struct pvrt_ult *rt_ult_current(void)
 {
 	PVRT_RT_SCOPE();
-	struct pvrt_worker *w = rt_tls_worker;
+	struct rt_worker *w = rt_tls_worker;
 	return w ? w->cur : NULL;
 }
 
 int rt_worker_vcpu(void)
 {
 	PVRT_RT_SCOPE();
-	struct pvrt_worker *w = rt_tls_worker;
+	struct rt_worker *w = rt_tls_worker;
 	return w ? (int)w->vcpu : pvhint_self_vcpu();
 }
 
@@ -258,22 +258,22 @@ int rt_worker_vcpu(void)
  * reads 1 owns the descriptor and returns it, an exit that finds 3 returns it, a detach that finds
  * 1 returns it.
  */
-static void post_exit(struct pvrt_worker *w, void *arg)
+static void post_exit(struct rt_worker *w, void *arg)
 {
 	struct pvrt_ult *u = arg;
 	/* Keep the warm stack on this worker; the descriptor takes the previous one (or none; see
-	 * pvrt_stacks_trim). With TLS of its own, the ULT keeps its stack: the TCB on it names the
+	 * rt_stacks_trim). With TLS of its own, the ULT keeps its stack: the TCB on it names the
 	 * thread (tp stays valid) until the descriptor is reused. */
 	if (u->tp)
-		pvrt_tls_release(u->tp);
+		rt_tls_release(u->tp);
 	else
 		swap_hot(w, u);
-	pvrt_san_fiber_destroy(&u->ctx.san);
+	rt_san_fiber_destroy(&u->ctx.san);
 	/* Acq_rel: release publishes ret and everything the ULT did to the joiner (acquire load
 	 * of 1); acquire, for a detached one, what the detacher did before its exchange. */
 	uint32_t j = __atomic_exchange_n(&u->join, 1, __ATOMIC_ACQ_REL);
 	if (j == 3)
-		pvrt_desc_put(w, u);
+		rt_desc_put(w, u);
 	else if (j == 2) /* the joiner may own u already: the wake only uses the address (a
 			  * reused descriptor's joiner gets a spurious wake-up, and re-checks) */
 		rt_futex_wake(&u->join, INT_MAX);
@@ -282,57 +282,57 @@ static void post_exit(struct pvrt_worker *w, void *arg)
 __attribute__((noreturn)) static void ult_exit(struct pvrt_ult *self, void *ret)
 {
 	if (self->tp)
-		pvrt_tls_exit();
+		rt_tls_exit();
 	if (self->keys)
-		pvrt_keys_run_destructors(&self->keys);
+		rt_keys_run_destructors(&self->keys);
 	self->ret = ret;
 	__atomic_store_n(&self->state, ULT_DONE, __ATOMIC_RELAXED);
-	/* Seq_cst, then the waiters' count: see pvrt_wait_nlive_zero. Nobody waits but finalize,
+	/* Seq_cst, then the waiters' count: see rt_wait_nlive_zero. Nobody waits but finalize,
 	 * so the last exit of a batch does not go through the futex table. */
-	if (__atomic_sub_fetch(&pvrt_rt.nlive, 1, __ATOMIC_SEQ_CST) == 0 &&
-	    __atomic_load_n(&pvrt_rt.nlive_waiters, __ATOMIC_SEQ_CST))
-		rt_futex_wake(&pvrt_rt.nlive, INT_MAX);
-	struct pvrt_worker *w = pvrt_worker_cur();
+	if (__atomic_sub_fetch(&rt_state.nlive, 1, __ATOMIC_SEQ_CST) == 0 &&
+	    __atomic_load_n(&rt_state.nlive_waiters, __ATOMIC_SEQ_CST))
+		rt_futex_wake(&rt_state.nlive, INT_MAX);
+	struct rt_worker *w = rt_worker_cur();
 	struct pvrt_ult *next = pick_next(w);
 	/* The joiner learns of the exit in post_exit, once we are off the stack. */
 	switch_ctx(w, &self->ctx, next, post_exit, self, 1);
 	__builtin_unreachable();
 }
 
-void pvrt_wait_nlive_zero(void)
+void rt_wait_nlive_zero(void)
 {
 	/* Announce the wait, then read the count, both seq_cst; an exit lowers the count, then
 	 * reads the announcement (seq_cst): one sees the other, so either we read 0 or the exit
 	 * that makes it 0 wakes us (the futex re-checks the count under its bucket lock). */
-	__atomic_fetch_add(&pvrt_rt.nlive_waiters, 1, __ATOMIC_SEQ_CST);
+	__atomic_fetch_add(&rt_state.nlive_waiters, 1, __ATOMIC_SEQ_CST);
 	for (;;) {
-		uint32_t n = __atomic_load_n(&pvrt_rt.nlive, __ATOMIC_SEQ_CST);
+		uint32_t n = __atomic_load_n(&rt_state.nlive, __ATOMIC_SEQ_CST);
 		if (!n)
 			break;
-		rt_futex_wait(&pvrt_rt.nlive, n, CLOCK_MONOTONIC, NULL);
+		rt_futex_wait(&rt_state.nlive, n, CLOCK_MONOTONIC, NULL);
 	}
-	__atomic_fetch_sub(&pvrt_rt.nlive_waiters, 1, __ATOMIC_RELAXED);
+	__atomic_fetch_sub(&rt_state.nlive_waiters, 1, __ATOMIC_RELAXED);
 }
 
-void *(*pvrt_ult_entry_wrap)(void *(*fn)(void *), void *arg);
+void *(*rt_ult_entry_wrap)(void *(*fn)(void *), void *arg);
 
 static void ult_entry(void *arg)
 {
-	pvrt_after_switch();
+	rt_after_switch();
 	struct pvrt_ult *u = arg;
 	/* The switch left the switcher's depth: a fresh ULT starts outside the runtime. */
-	struct pvrt_m *m = pvrt_m_cur();
-	if (m) /* release: as pvrt_rt_leave_slow */
+	struct rt_m *m = rt_m_cur();
+	if (m) /* release: as rt_leave_slow */
 		__atomic_store_n(&m->inrt, 0, __ATOMIC_RELEASE);
 	if (u->tp)
-		pvrt_tls_start();
-	void *(*wrap)(void *(*)(void *), void *) = pvrt_ult_entry_wrap;
+		rt_tls_start();
+	void *(*wrap)(void *(*)(void *), void *) = rt_ult_entry_wrap;
 	void *r = wrap ? wrap(u->fn, u->arg) : u->fn(u->arg);
-	pvrt_rt_enter(); /* never left: the exit switch saves it */
+	rt_enter(); /* never left: the exit switch saves it */
 	ult_exit(u, r);
 }
 
-void pvrt_ult_init_primary(struct pvrt_ult *u)
+void rt_ult_init_primary(struct pvrt_ult *u)
 {
 	memset(u, 0, sizeof(*u));
 	u->flags = ULT_F_PRIMARY;
@@ -340,12 +340,12 @@ void pvrt_ult_init_primary(struct pvrt_ult *u)
 	u->last = 0;
 	u->id = 1;
 	u->state = ULT_RUNNING;
-	u->sigmask = pvrt_kernel_sigmask();
-	pvrt_san_thread_context(&u->ctx.san);
+	u->sigmask = rt_kernel_sigmask();
+	rt_san_thread_context(&u->ctx.san);
 }
 
 /* The calling thread's own stack and sanitizer fiber, for a context that runs on it. */
-void pvrt_san_thread_context(struct pvrt_san *s)
+void rt_san_thread_context(struct rt_san *s)
 {
 	pthread_attr_t a;
 	if (!pthread_getattr_np(pthread_self(), &a)) {
@@ -357,15 +357,15 @@ void pvrt_san_thread_context(struct pvrt_san *s)
 		}
 		pthread_attr_destroy(&a);
 	}
-	pvrt_san_fiber_current(s);
+	rt_san_fiber_current(s);
 }
 
-struct pvrt_ult *pvrt_primary_alloc(void)
+struct pvrt_ult *rt_primary_alloc(void)
 {
-	return pvrt_desc_get(NULL);
+	return rt_desc_get(NULL);
 }
 
-size_t pvrt_page_size(void)
+size_t rt_page_size(void)
 {
 	static size_t ps;
 	if (!ps)
@@ -378,11 +378,11 @@ size_t pvrt_page_size(void)
 static __attribute__((noinline)) int create_attr(const pvrt_thread_attr_t *attr, size_t *len,
 						 size_t *guard, int *detached, int *bound)
 {
-	size_t ps = pvrt_page_size();
+	size_t ps = rt_page_size();
 	pvrt_thread_attr_t a;
 	if (attr->size < sizeof(attr->size))
-		return pvrt_fail(-EINVAL, "pvrt_thread_create: attr not initialised "
-					  "(pvrt_thread_attr_init or PVRT_THREAD_ATTR_INIT)");
+		return rt_fail(-EINVAL, "pvrt_thread_create: attr not initialised "
+					"(pvrt_thread_attr_init or PVRT_THREAD_ATTR_INIT)");
 	if (attr->size < sizeof(a)) { /* fields past the program's: default */
 		pvrt_thread_attr_init(&a);
 		memcpy(&a, attr, attr->size);
@@ -391,22 +391,22 @@ static __attribute__((noinline)) int create_attr(const pvrt_thread_attr_t *attr,
 	if (attr->stack_size || attr->guard_size) {
 		size_t st = attr->stack_size;
 		if (st && (st < PVRT_STACK_MIN || st > PVRT_STACK_MAX))
-			return pvrt_fail(-EINVAL, "pvrt_thread_create: stack size out of range");
+			return rt_fail(-EINVAL, "pvrt_thread_create: stack size out of range");
 		if (attr->guard_size > PVRT_STACK_MAX)
-			return pvrt_fail(-EINVAL, "pvrt_thread_create: guard size out of range");
+			return rt_fail(-EINVAL, "pvrt_thread_create: guard size out of range");
 		if (attr->guard_size)
 			*guard = (attr->guard_size + ps - 1) / ps * ps;
 		if (st)
 			*len = (st + ps - 1) / ps * ps + *guard +
-			       (pvrt_rt.ult_tls ? pvrt_tls_reserve() : 0);
+			       (rt_state.ult_tls ? rt_tls_reserve() : 0);
 		else
 			*len += *guard - ps;
 	}
 	if (attr->detached != 0 && attr->detached != 1)
-		return pvrt_fail(-EINVAL, "pvrt_thread_create: detached must be 0 or 1");
+		return rt_fail(-EINVAL, "pvrt_thread_create: detached must be 0 or 1");
 	*detached = attr->detached;
-	if (attr->worker < -1 || attr->worker >= (int)pvrt_rt.nw)
-		return pvrt_fail(-EINVAL, "pvrt_thread_create: no such worker");
+	if (attr->worker < -1 || attr->worker >= (int)rt_state.nw)
+		return rt_fail(-EINVAL, "pvrt_thread_create: no such worker");
 	*bound = attr->worker;
 	return 0;
 }
@@ -415,10 +415,10 @@ static __attribute__((noinline)) int create_attr(const pvrt_thread_attr_t *attr,
 static __attribute__((noinline)) int create_stack(struct pvrt_ult *u, size_t len, size_t guard)
 {
 	if (u->stack) {
-		pvrt_ult_stack_free(u->stack, u->stack_len, u->vg_id);
+		rt_ult_stack_free(u->stack, u->stack_len, u->vg_id);
 		u->stack = NULL;
 	}
-	int r = pvrt_ult_stack_alloc(len, guard, &u->stack, &u->vg_id);
+	int r = rt_ult_stack_alloc(len, guard, &u->stack, &u->vg_id);
 	if (r)
 		return r;
 	u->stack_len = len;
@@ -433,11 +433,11 @@ int pvrt_thread_create(pvrt_thread_t *out, const pvrt_thread_attr_t *attr, void 
 	 */
 	PVRT_RT_SCOPE_NOSWITCH();
 	if (!fn)
-		return pvrt_fail(-EINVAL, "pvrt_thread_create: fn is NULL");
-	if (!__atomic_load_n(&pvrt_rt.running, __ATOMIC_ACQUIRE))
-		return pvrt_fail(-ENXIO, "pvrt_thread_create: the runtime is not running");
-	size_t len = pvrt_rt.stack_size;
-	size_t guard = pvrt_page_size();
+		return rt_fail(-EINVAL, "pvrt_thread_create: fn is NULL");
+	if (!__atomic_load_n(&rt_state.running, __ATOMIC_ACQUIRE))
+		return rt_fail(-ENXIO, "pvrt_thread_create: the runtime is not running");
+	size_t len = rt_state.stack_size;
+	size_t guard = rt_page_size();
 	int detached = 0, bound = -1;
 	if (attr) {
 		int r = create_attr(attr, &len, &guard, &detached, &bound);
@@ -445,32 +445,32 @@ int pvrt_thread_create(pvrt_thread_t *out, const pvrt_thread_attr_t *attr, void 
 			return r;
 	}
 	if (!out && !detached)
-		return pvrt_fail(-EINVAL, "pvrt_thread_create: out is NULL for a joinable ULT");
+		return rt_fail(-EINVAL, "pvrt_thread_create: out is NULL for a joinable ULT");
 
-	struct pvrt_worker *w = rt_tls_worker;
-	struct pvrt_ult *u = pvrt_desc_get(w);
+	struct rt_worker *w = rt_tls_worker;
+	struct pvrt_ult *u = rt_desc_get(w);
 	if (!u)
-		return pvrt_fail(-ENOMEM, "pvrt_thread_create: out of memory");
+		return rt_fail(-ENOMEM, "pvrt_thread_create: out of memory");
 	/* The steady state: the descriptor's stack fits, no system call. */
 	if (unlikely(!u->stack || u->stack_len != len || u->guard != guard)) {
 		int r = create_stack(u, len, guard);
 		if (r) {
-			pvrt_desc_put(w, u);
-			return pvrt_fail(r, "pvrt_thread_create: cannot map a stack");
+			rt_desc_put(w, u);
+			return rt_fail(r, "pvrt_thread_create: cannot map a stack");
 		}
 	}
 	u->tp = NULL;
-	if (unlikely(pvrt_rt.ult_tls)) {
-		u->tp = pvrt_tls_create(u, u->stack, len, guard, &u->stack_top);
+	if (unlikely(rt_state.ult_tls)) {
+		u->tp = rt_tls_create(u, u->stack, len, guard, &u->stack_top);
 		if (!u->tp) {
-			pvrt_ult_stack_free(u->stack, len, u->vg_id);
+			rt_ult_stack_free(u->stack, len, u->vg_id);
 			u->stack = NULL;
-			pvrt_desc_put(w, u);
-			return pvrt_fail(-ENOMEM, "pvrt_thread_create: no memory for the TLS");
+			rt_desc_put(w, u);
+			return rt_fail(-ENOMEM, "pvrt_thread_create: no memory for the TLS");
 		}
 		/* As a thread, it inherits its creator's signal mask. */
 		struct pvrt_ult *cu = w ? w->cur : NULL;
-		u->sigmask = cu ? cu->sigmask : pvrt_kernel_sigmask();
+		u->sigmask = cu ? cu->sigmask : rt_kernel_sigmask();
 	}
 	u->flags = detached ? ULT_F_DETACHED : 0;
 	__atomic_store_n(&u->bound, bound, __ATOMIC_RELAXED);
@@ -479,7 +479,7 @@ int pvrt_thread_create(pvrt_thread_t *out, const pvrt_thread_attr_t *attr, void 
 		u->id = (++w->nid << 12) | w->idx;
 	else
 		u->id =
-		    (__atomic_add_fetch(&pvrt_rt.foreign_ids, 1, __ATOMIC_RELAXED) << 12) | 0xfff;
+		    (__atomic_add_fetch(&rt_state.foreign_ids, 1, __ATOMIC_RELAXED) << 12) | 0xfff;
 	u->fn = fn;
 	u->arg = arg;
 	u->ret = NULL;
@@ -489,13 +489,13 @@ int pvrt_thread_create(pvrt_thread_t *out, const pvrt_thread_attr_t *attr, void 
 	/* wait_addr is NULL outside waits, name is the old ULT's (name_id): the
 	 * descriptor's cold lines stay untouched. */
 	u->ctx.san.asan_fake = NULL;
-	pvrt_san_fiber_create(&u->ctx.san);
+	rt_san_fiber_create(&u->ctx.san);
 	/* The frame is built on the stack at the first run (first_run), with the creator's
 	 * floating-point state: a create does not touch the stack. */
 	u->ctx.sp = NULL;
-	u->fpstate = pvrt_ctx_fpstate();
+	u->fpstate = rt_ctx_fpstate();
 	/* Relaxed: finalize only needs the count to be exact once every creator is done. */
-	__atomic_add_fetch(&pvrt_rt.nlive, 1, __ATOMIC_RELAXED);
+	__atomic_add_fetch(&rt_state.nlive, 1, __ATOMIC_RELAXED);
 	if (out)
 		*out = u;
 	if (likely(w)) {
@@ -504,11 +504,11 @@ int pvrt_thread_create(pvrt_thread_t *out, const pvrt_thread_attr_t *attr, void 
 		 * in its P's): every policy's wake_target picks the caller's worker for a caller
 		 * that is a worker, so the call is skipped here; a bound one goes to its worker. */
 		if (bound < 0)
-			pvrt_queue_local(w, u);
+			rt_queue_local(w, u);
 		else
-			pvrt_ult_ready_from(w, u);
+			rt_ult_ready_from(w, u);
 	} else {
-		pvrt_ult_ready_from(NULL, u);
+		rt_ult_ready_from(NULL, u);
 	}
 	return 0;
 }
@@ -517,12 +517,12 @@ int pvrt_thread_create(pvrt_thread_t *out, const pvrt_thread_attr_t *attr, void 
 static __attribute__((noinline)) int join_wait(struct pvrt_ult *t, void **ret)
 {
 	PVRT_RT_SCOPE();
-	struct pvrt_worker *w = rt_tls_worker;
+	struct rt_worker *w = rt_tls_worker;
 	struct pvrt_ult *self = w ? w->cur : NULL;
 	if (t == self)
-		return pvrt_fail(-EDEADLK, "pvrt_thread_join: a ULT cannot join itself");
+		return rt_fail(-EDEADLK, "pvrt_thread_join: a ULT cannot join itself");
 	if (t->flags & (ULT_F_DETACHED | ULT_F_PRIMARY))
-		return pvrt_fail(-EINVAL, "pvrt_thread_join: not a joinable ULT");
+		return rt_fail(-EINVAL, "pvrt_thread_join: not a joinable ULT");
 	/* Still queued and ready? Run it now rather than block and wait for it. */
 	if (self)
 		rt_ult_try_yield_to(t);
@@ -539,24 +539,24 @@ static __attribute__((noinline)) int join_wait(struct pvrt_ult *t, void **ret)
 	}
 	if (ret)
 		*ret = t->ret;
-	pvrt_desc_put(pvrt_worker_cur(), t); /* the waits may have moved us */
+	rt_desc_put(rt_worker_cur(), t); /* the waits may have moved us */
 	return 0;
 }
 
 int pvrt_thread_join(pvrt_thread_t t, void **ret)
 {
 	if (!t)
-		return pvrt_fail(-EINVAL, "pvrt_thread_join: NULL thread");
+		return rt_fail(-EINVAL, "pvrt_thread_join: NULL thread");
 	/* Exited (acquire: pairs with post_exit's exchange, ret is visible)? Then it is ours and
 	 * neither the caller itself nor the primary (which never exits). */
 	if (__atomic_load_n(&t->join, __ATOMIC_ACQUIRE) != 1)
 		return join_wait(t, ret);
 	if (t->flags & ULT_F_DETACHED)
-		return pvrt_fail(-EINVAL, "pvrt_thread_join: not a joinable ULT");
+		return rt_fail(-EINVAL, "pvrt_thread_join: not a joinable ULT");
 	if (ret)
 		*ret = t->ret;
 	PVRT_RT_SCOPE_NOSWITCH(); /* the pool is the worker's */
-	pvrt_desc_put(rt_tls_worker, t);
+	rt_desc_put(rt_tls_worker, t);
 	return 0;
 }
 
@@ -564,7 +564,7 @@ int pvrt_thread_detach(pvrt_thread_t t)
 {
 	PVRT_RT_SCOPE();
 	if (!t || (t->flags & (ULT_F_DETACHED | ULT_F_PRIMARY)))
-		return pvrt_fail(-EINVAL, "pvrt_thread_detach: not a joinable ULT");
+		return rt_fail(-EINVAL, "pvrt_thread_detach: not a joinable ULT");
 	/* The flag only guards against a later join on this handle; the join word does the work
 	 * (see post_exit). */
 	t->flags |= ULT_F_DETACHED;
@@ -573,14 +573,14 @@ int pvrt_thread_detach(pvrt_thread_t t)
 		if (__atomic_compare_exchange_n(&t->join, &j, 3, 0, __ATOMIC_ACQ_REL,
 						__ATOMIC_ACQUIRE))
 			return 0;
-	pvrt_desc_put(rt_tls_worker, t); /* it exited: ours */
+	rt_desc_put(rt_tls_worker, t); /* it exited: ours */
 	return 0;
 }
 
 int pvrt_thread_yield(void)
 {
 	PVRT_RT_SCOPE();
-	struct pvrt_worker *w = rt_tls_worker;
+	struct rt_worker *w = rt_tls_worker;
 	if (!w || !w->cur)
 		return 0;
 	struct pvrt_ult *next = pick_next(w);
@@ -595,7 +595,7 @@ int pvrt_thread_yield_to(pvrt_thread_t t)
 {
 	PVRT_RT_SCOPE();
 	if (!rt_ult_current())
-		return pvrt_fail(-EPERM, "pvrt_thread_yield_to: not called from a ULT");
+		return rt_fail(-EPERM, "pvrt_thread_yield_to: not called from a ULT");
 	if (!rt_ult_try_yield_to(t))
 		return pvrt_thread_yield();
 	return 0;
@@ -616,9 +616,9 @@ int pvrt_thread_exit(void *ret)
 	PVRT_RT_SCOPE();
 	struct pvrt_ult *self = rt_ult_current();
 	if (!self)
-		return pvrt_fail(-EPERM, "pvrt_thread_exit: not called from a ULT");
+		return rt_fail(-EPERM, "pvrt_thread_exit: not called from a ULT");
 	if (self->flags & ULT_F_PRIMARY)
-		return pvrt_fail(-EPERM, "pvrt_thread_exit: the primary ULT cannot exit");
+		return rt_fail(-EPERM, "pvrt_thread_exit: the primary ULT cannot exit");
 	ult_exit(self, ret);
 }
 
@@ -627,22 +627,21 @@ int pvrt_thread_set_worker(int wi)
 	PVRT_RT_SCOPE();
 	struct pvrt_ult *self = rt_ult_current();
 	if (!self)
-		return pvrt_fail(-EPERM, "pvrt_thread_set_worker: not called from a ULT");
+		return rt_fail(-EPERM, "pvrt_thread_set_worker: not called from a ULT");
 	if (self->flags & ULT_F_PRIMARY)
-		return pvrt_fail(-EPERM,
-				 "pvrt_thread_set_worker: the primary ULT stays on worker 0");
+		return rt_fail(-EPERM, "pvrt_thread_set_worker: the primary ULT stays on worker 0");
 	if (wi == -1) {
 		__atomic_store_n(&self->bound, -1, __ATOMIC_RELAXED);
 		return 0;
 	}
-	if (wi < 0 || wi >= (int)pvrt_rt.nw)
-		return pvrt_fail(-EINVAL, "pvrt_thread_set_worker: no such worker");
+	if (wi < 0 || wi >= (int)rt_state.nw)
+		return rt_fail(-EINVAL, "pvrt_thread_set_worker: no such worker");
 	__atomic_store_n(&self->bound, wi, __ATOMIC_RELAXED);
 	if ((unsigned)wi == rt_tls_worker->idx)
 		return 0;
 	/* Off this worker: suspend, and let the next context queue us on the bound worker. */
 	__atomic_store_n(&self->state, ULT_BLOCKED, __ATOMIC_RELAXED);
-	pvrt_ult_block(post_ready, self);
+	rt_ult_block(post_ready, self);
 	return 0;
 }
 

@@ -5,7 +5,7 @@
  * state of internal.h) stays private to the runtime's C files, so the runtime can change its inside
  * without touching the locks.
  *
- * It gives: the wait/wake primitive (futex.h: pvrt_futex_*, the wake ranking and pick), the OS
+ * It gives: the wait/wake primitive (futex.h: rt_futex_*, the wake ranking and pick), the OS
  * layer (pvrt_os.h: clock, CPU relax, the three-state lock), and who is calling: the calling ULT
  * (opaque), its worker's vCPU, and yielding to a ready ULT (hand-off). All hidden symbols.
  */
@@ -19,13 +19,13 @@
 
 #define PVRT_HIDDEN __attribute__((visibility("hidden")))
 
-struct pvrt_ult;    /* a ULT; opaque outside runtime/ (pvrt_thread_t of <pvrt/thread.h>) */
-struct pvrt_worker; /* opaque outside runtime/ */
+struct pvrt_ult;  /* a ULT; opaque outside runtime/ (pvrt_thread_t of <pvrt/thread.h>) */
+struct rt_worker; /* opaque outside runtime/ */
 
 /* The worker of the calling kernel thread; NULL in threads that are not workers (initial-exec
  * TLS, hidden in libpvrt and the preload). A ULT may move to another worker at every switch:
- * read it again after one (see pvrt_worker_cur in internal.h). */
-extern __thread struct pvrt_worker *rt_tls_worker __attribute__((tls_model("initial-exec")))
+ * read it again after one (see rt_worker_cur in internal.h). */
+extern __thread struct rt_worker *rt_tls_worker __attribute__((tls_model("initial-exec")))
 PVRT_HIDDEN;
 
 /* The calling ULT, NULL in threads that are not ULTs. */

@@ -17,7 +17,7 @@
  */
 #include "pvrt_sched.h"
 
-static int rate(const struct pvrt_sched_view *v, unsigned w)
+static int rate(const struct rt_sched_view *v, unsigned w)
 {
 	const pvhint_t *h = v->hint;
 	unsigned vc = v->vcpu(v, w);
@@ -27,19 +27,19 @@ static int rate(const struct pvrt_sched_view *v, unsigned w)
 }
 
 /* Does the hint source say anything a decision here could use? Else decide as random does. */
-static bool has_hints(const struct pvrt_sched_view *v)
+static bool has_hints(const struct rt_sched_view *v)
 {
 	return v->hint->valid & (PVHINT_VALID_PREEMPTED | PVHINT_VALID_IS_IDLE);
 }
 
-static unsigned hints_wake_target(const struct pvrt_sched_view *v,
-				  const struct pvrt_sched_caller *c, int last)
+static unsigned hints_wake_target(const struct rt_sched_view *v, const struct rt_sched_caller *c,
+				  int last)
 {
 	if (c->worker >= 0 || !has_hints(v))
-		return pvrt_sched_random.wake_target(v, c, last);
+		return rt_sched_random.wake_target(v, c, last);
 	if (last >= 0 && (unsigned)last < v->nworkers && rate(v, (unsigned)last) > 0)
 		return (unsigned)last;
-	unsigned start = (unsigned)(pvrt_sched_rand(c->rng) % v->nworkers), best = start;
+	unsigned start = (unsigned)(rt_sched_rand(c->rng) % v->nworkers), best = start;
 	int best_score = -1;
 	for (unsigned i = 0; i < v->nworkers; i++) {
 		unsigned w = (start + i) % v->nworkers;
@@ -52,17 +52,17 @@ static unsigned hints_wake_target(const struct pvrt_sched_view *v,
 	return best;
 }
 
-static int hints_steal_victim(const struct pvrt_sched_view *v, const struct pvrt_sched_caller *c,
+static int hints_steal_victim(const struct rt_sched_view *v, const struct rt_sched_caller *c,
 			      unsigned attempt)
 {
 	unsigned n = v->nworkers;
 	if (!(v->hint->valid & PVHINT_VALID_PREEMPTED))
-		return pvrt_sched_random.steal_victim(v, c, attempt); /* no rescue round */
+		return rt_sched_random.steal_victim(v, c, attempt); /* no rescue round */
 	if (n < 2 || attempt >= 3 * n)
 		return -1;
 	uint64_t *s = c->rng;
 	if (attempt == 0)
-		s[1] = pvrt_sched_rand(s) % n; /* the start of both phases */
+		s[1] = rt_sched_rand(s) % n; /* the start of both phases */
 	unsigned w = (unsigned)((s[1] + attempt) % n);
 	if (attempt < n) {
 		/* Rescue round: only preempted vCPUs with work; the caller's own index is a no-op
@@ -73,11 +73,11 @@ static int hints_steal_victim(const struct pvrt_sched_view *v, const struct pvrt
 	return (int)w;
 }
 
-static int hints_wake_idle(const struct pvrt_sched_view *v, const struct pvrt_sched_caller *c,
+static int hints_wake_idle(const struct rt_sched_view *v, const struct rt_sched_caller *c,
 			   unsigned where)
 {
 	if (!has_hints(v))
-		return pvrt_sched_random.wake_idle(v, c, where);
+		return rt_sched_random.wake_idle(v, c, where);
 	/* Without is_idle no parked worker rates above 1: the first one not preempted will do. */
 	int top = (v->hint->valid & PVHINT_VALID_IS_IDLE) ? 2 : 1;
 	int best = -1, best_rate = -1;
@@ -96,7 +96,7 @@ static int hints_wake_idle(const struct pvrt_sched_view *v, const struct pvrt_sc
 	return best;
 }
 
-const struct pvrt_sched_policy pvrt_sched_hints = {
+const struct rt_sched_policy rt_sched_hints = {
     .name = "hints",
     .wake_target = hints_wake_target,
     .steal_victim = hints_steal_victim,

@@ -22,45 +22,45 @@
 #include <stdint.h>
 
 /* What a policy may look at. All reads are racy snapshots. */
-struct pvrt_sched_view {
+struct rt_sched_view {
 	unsigned nworkers;
 	pvhint_t *hint;
 	/* Per worker, indexed 0..nworkers-1. */
-	unsigned (*vcpu)(const struct pvrt_sched_view *v, unsigned w);	 /* its vCPU (for hints) */
-	bool (*parked)(const struct pvrt_sched_view *v, unsigned w);	 /* parked on its futex */
-	unsigned (*queued)(const struct pvrt_sched_view *v, unsigned w); /* ready ULTs (estimate) */
-	void *rt;							 /* runtime-private */
+	unsigned (*vcpu)(const struct rt_sched_view *v, unsigned w);   /* its vCPU (for hints) */
+	bool (*parked)(const struct rt_sched_view *v, unsigned w);     /* parked on its futex */
+	unsigned (*queued)(const struct rt_sched_view *v, unsigned w); /* ready ULTs (estimate) */
+	void *rt;						       /* runtime-private */
 };
 
 /* Who is asking: the worker running the caller (-1 for a foreign thread) and its random state. */
-struct pvrt_sched_caller {
+struct rt_sched_caller {
 	int worker;
-	uint64_t *rng; /* two words of per-caller state: rng[0] for pvrt_sched_rand(), rng[1] free
+	uint64_t *rng; /* two words of per-caller state: rng[0] for rt_sched_rand(), rng[1] free
 			* for the policy (random keeps its steal round's start there) */
 };
 
-struct pvrt_sched_policy {
+struct rt_sched_policy {
 	const char *name;
 	/* A ready ULT last ran on 'last' (-1: never ran): the worker whose queue takes it. */
-	unsigned (*wake_target)(const struct pvrt_sched_view *v, const struct pvrt_sched_caller *c,
+	unsigned (*wake_target)(const struct rt_sched_view *v, const struct rt_sched_caller *c,
 				int last);
 	/* The worker to try stealing from at 'attempt', or -1 to stop searching. */
-	int (*steal_victim)(const struct pvrt_sched_view *v, const struct pvrt_sched_caller *c,
+	int (*steal_victim)(const struct rt_sched_view *v, const struct rt_sched_caller *c,
 			    unsigned attempt);
 	/* A parked worker to wake for newly ready work queued on 'where', or -1 for none. */
-	int (*wake_idle)(const struct pvrt_sched_view *v, const struct pvrt_sched_caller *c,
+	int (*wake_idle)(const struct rt_sched_view *v, const struct rt_sched_caller *c,
 			 unsigned where);
 };
 
 /* The policies: hints (sched/hints.c, the default) and random (sched/random.c). */
-extern const struct pvrt_sched_policy pvrt_sched_hints, pvrt_sched_random;
+extern const struct rt_sched_policy rt_sched_hints, rt_sched_random;
 
 /* Look up a policy by name (NULL: the default; NULL back if unknown); the names for error
  * messages. */
-const struct pvrt_sched_policy *pvrt_sched_find(const char *name);
-const char *pvrt_sched_names(void);
+const struct rt_sched_policy *rt_sched_find(const char *name);
+const char *rt_sched_names(void);
 
-static inline uint64_t pvrt_sched_rand(uint64_t *s)
+static inline uint64_t rt_sched_rand(uint64_t *s)
 {
 	/* xorshift64*: a few cycles, good enough to spread steal attempts. */
 	uint64_t x = *s;

@@ -9,17 +9,17 @@
  */
 #include "pvrt_sched.h"
 
-static unsigned random_wake_target(const struct pvrt_sched_view *v,
-				   const struct pvrt_sched_caller *c, int last)
+static unsigned random_wake_target(const struct rt_sched_view *v, const struct rt_sched_caller *c,
+				   int last)
 {
 	if (c->worker >= 0)
 		return (unsigned)c->worker;
 	if (last >= 0 && (unsigned)last < v->nworkers)
 		return (unsigned)last;
-	return (unsigned)(pvrt_sched_rand(c->rng) % v->nworkers);
+	return (unsigned)(rt_sched_rand(c->rng) % v->nworkers);
 }
 
-static int random_steal_victim(const struct pvrt_sched_view *v, const struct pvrt_sched_caller *c,
+static int random_steal_victim(const struct rt_sched_view *v, const struct rt_sched_caller *c,
 			       unsigned attempt)
 {
 	if (v->nworkers < 2 || attempt >= 2 * v->nworkers)
@@ -27,11 +27,11 @@ static int random_steal_victim(const struct pvrt_sched_view *v, const struct pvr
 	/* The first attempt draws the start; later ones walk from it (kept in the high bits). */
 	uint64_t *s = c->rng;
 	if (attempt == 0)
-		s[1] = pvrt_sched_rand(s) % v->nworkers;
+		s[1] = rt_sched_rand(s) % v->nworkers;
 	return (int)((s[1] + attempt) % v->nworkers);
 }
 
-static int random_wake_idle(const struct pvrt_sched_view *v, const struct pvrt_sched_caller *c,
+static int random_wake_idle(const struct rt_sched_view *v, const struct rt_sched_caller *c,
 			    unsigned where)
 {
 	(void)c;
@@ -43,7 +43,7 @@ static int random_wake_idle(const struct pvrt_sched_view *v, const struct pvrt_s
 	return -1;
 }
 
-const struct pvrt_sched_policy pvrt_sched_random = {
+const struct rt_sched_policy rt_sched_random = {
     .name = "random",
     .wake_target = random_wake_target,
     .steal_victim = random_steal_victim,

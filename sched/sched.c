@@ -4,9 +4,9 @@
 
 #include <string.h>
 
-static const struct pvrt_sched_policy *const policies[] = {&pvrt_sched_hints, &pvrt_sched_random};
+static const struct rt_sched_policy *const policies[] = {&rt_sched_hints, &rt_sched_random};
 
-const struct pvrt_sched_policy *pvrt_sched_find(const char *name)
+const struct rt_sched_policy *rt_sched_find(const char *name)
 {
 	if (!name)
 		return policies[0];
@@ -16,7 +16,7 @@ const struct pvrt_sched_policy *pvrt_sched_find(const char *name)
 	return NULL;
 }
 
-const char *pvrt_sched_names(void)
+const char *rt_sched_names(void)
 {
 	return "hints (default), random";
 }

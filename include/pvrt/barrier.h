@@ -18,13 +18,11 @@ PVRT_BEGIN_DECLS
  * negative errno (glibc's PTHREAD_BARRIER_SERIAL_THREAD is -1, which is -EPERM here). */
 #define PVRT_BARRIER_SERIAL_THREAD 1
 
-typedef struct pvrt_barrier {
-	uint32_t count;	  /* threads per round */
-	uint32_t arrived; /* arrivals in the current round */
-	uint32_t gen;	  /* round number; the futex waiters park on */
-	int32_t shared;	  /* glibc's 'shared': nonzero marks a process-shared glibc barrier */
-	uint32_t inside;  /* threads inside pvrt_barrier_wait (destroy waits for 0) */
-	uint32_t pad[3];
+/* Opaque storage (layout: locks/lk_layout.h): 32 bytes, glibc's pthread_barrier_t, 8-byte
+ * aligned. Only the pvrt_barrier_* calls may read or write the object. */
+typedef union pvrt_barrier {
+	uint32_t _reserved[8];
+	uint64_t _align;
 } pvrt_barrier_t;
 
 /* count >= 1, else -EINVAL.

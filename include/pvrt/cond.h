@@ -32,15 +32,11 @@
 
 PVRT_BEGIN_DECLS
 
-typedef struct pvrt_cond {
-	uint32_t lock;		     /* internal lock word guarding the queue (futex) */
-	uint32_t clock;		     /* 0: CLOCK_REALTIME, 1: CLOCK_MONOTONIC */
-	struct pvrt_cond_node *head; /* oldest waiter */
-	struct pvrt_cond_node *tail;
-	uint32_t pad[3]; /* [0] waiters' references, [1] fork generation, [2] kseq (cond.c) */
-	uint32_t
-	    glibc_wrefs; /* offset of glibc's __wrefs: bit 0 marks a process-shared glibc cond */
-	uint32_t pad2[2];
+/* Opaque storage (layout: locks/lk_layout.h): 48 bytes, glibc's pthread_cond_t, 8-byte aligned.
+ * Only the pvrt_cond_* calls may read or write the object. */
+typedef union pvrt_cond {
+	uint32_t _reserved[12];
+	uint64_t _align;
 } pvrt_cond_t;
 
 #define PVRT_COND_INITIALIZER PVRT_ZERO_INITIALIZER

@@ -34,36 +34,27 @@ enum {
 	PVRT_MUTEX_ADAPTIVE = 3,   /* same as NORMAL (pvrt always spins adaptively) */
 };
 
-struct pvrt_spinq_node; /* private to the library */
-
-typedef struct pvrt_mutex {
-	uint32_t word;	     /* lock word and futex: PVRT_MUTEX_{LOCKED,WAITERS,HANDOFF,KWAITERS} */
-	uint32_t count;	     /* recursion depth (recursive type) */
-	int32_t owner;	     /* owner's thread id (glibc's __owner), 0 when free */
-	uint16_t owner_vcpu; /* owner's vCPU + 1, published at acquisition; 0: unknown (or
-			      * a vCPU number above 65534) */
-	uint16_t handoff_vcpu; /* hand-off target's vCPU + 1 */
-	int32_t kind;	       /* type, at the offset of glibc's __kind */
-	uint32_t handoff; /* hand-off futex: 0, the target's tid, or tid | 0x80000000: granted */
-	struct pvrt_spinq_node *spinq; /* tail of the queue of spinning waiters, or NULL */
-	void *owner_ult;	       /* the owner ULT when it is one (runtime), else NULL */
+/*
+ * Opaque storage: the layout is the library's own (locks/lk_layout.h) and may change between
+ * versions. What is ABI: the size (40 bytes, glibc's pthread_mutex_t on x86-64), the 8-byte
+ * alignment, and the type at byte 16, which the initialisers below set. Only the pvrt_mutex_*
+ * calls may read or write the object.
+ */
+typedef union pvrt_mutex {
+	struct {
+		uint32_t _reserved0[4];
+		int32_t _kind; /* PVRT_MUTEX_* (where glibc keeps __kind) */
+		uint32_t _reserved1[5];
+	} _s;
+	uint64_t _align;
 } pvrt_mutex_t;
 
-#define PVRT_MUTEX_LOCKED   1u
-#define PVRT_MUTEX_WAITERS  2u /* a ULT may be parked on 'word' (the runtime's futex) */
-#define PVRT_MUTEX_HANDOFF  4u /* a starving waiter asked for the lock to be handed to it */
-#define PVRT_MUTEX_KWAITERS 8u /* a thread may sleep in the kernel futex on 'word' */
-
-/* Static initialisers (C and C++17: positional, every field, as -Wextra wants). */
+/* Static initialisers (C, and C++ from C++11). */
+/* clang-format off */
 #define PVRT_MUTEX_INITIALIZER PVRT_ZERO_INITIALIZER
-#define PVRT_RECURSIVE_MUTEX_INITIALIZER                                                           \
-	{                                                                                          \
-		0, 0, 0, 0, 0, PVRT_MUTEX_RECURSIVE, 0, 0, 0                                       \
-	}
-#define PVRT_ERRORCHECK_MUTEX_INITIALIZER                                                          \
-	{                                                                                          \
-		0, 0, 0, 0, 0, PVRT_MUTEX_ERRORCHECK, 0, 0, 0                                      \
-	}
+#define PVRT_RECURSIVE_MUTEX_INITIALIZER { { {0}, PVRT_MUTEX_RECURSIVE, {0} } }
+#define PVRT_ERRORCHECK_MUTEX_INITIALIZER { { {0}, PVRT_MUTEX_ERRORCHECK, {0} } }
+/* clang-format on */
 
 /* type: PVRT_MUTEX_*; -EINVAL otherwise.
  * Context: ULT, thread, fork. */

@@ -25,18 +25,11 @@ enum {
 	PVRT_RWLOCK_PREFER_WRITER_NONRECURSIVE = 2,
 };
 
-typedef struct pvrt_rwlock {
-	uint32_t state;	      /* bit 0: writer holds it; readers counted in units of 2 */
-	uint32_t nrwait;      /* readers parked (or about to) */
-	uint32_t rseq;	      /* futex readers park on */
-	uint32_t wseq;	      /* futex writers park on */
-	uint32_t nwwait;      /* writers parked (or about to) */
-	uint32_t writer_vcpu; /* writer's vCPU + 1, published at acquisition */
-	int32_t writer;	      /* writer's thread id (glibc's __cur_writer) */
-	int32_t shared;	      /* glibc's __shared: nonzero marks a process-shared glibc rwlock */
-	uint32_t pad[4];
-	uint32_t flags; /* preference, at glibc's __flags */
-	uint32_t pad2;
+/* Opaque storage (layout: locks/lk_layout.h): 56 bytes, glibc's pthread_rwlock_t, 8-byte
+ * aligned. Only the pvrt_rwlock_* calls may read or write the object. */
+typedef union pvrt_rwlock {
+	uint32_t _reserved[14];
+	uint64_t _align;
 } pvrt_rwlock_t;
 
 #define PVRT_RWLOCK_INITIALIZER PVRT_ZERO_INITIALIZER

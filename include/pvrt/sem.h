@@ -11,9 +11,11 @@
 
 PVRT_BEGIN_DECLS
 
-typedef struct pvrt_sem {
-	uint32_t value; /* the count; the futex waiters park on */
-	uint32_t nwait; /* waiters parked (or about to) */
+/* Opaque storage (layout: locks/lk_layout.h): 16 bytes, 8-byte aligned. Only the pvrt_sem_*
+ * calls may read or write the object. */
+typedef union pvrt_sem {
+	uint32_t _reserved[4];
+	uint64_t _align;
 } pvrt_sem_t;
 
 #define PVRT_SEM_VALUE_MAX 0x7fffffffu

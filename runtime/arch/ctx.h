@@ -2,7 +2,7 @@
 /*
  * Machine contexts of ULTs: the one arch-specific interface of the runtime.
  *
- * A suspended context is just its saved stack pointer: pvrt_ctx_switch() pushes the callee-saved
+ * A suspended context is just its saved stack pointer: rt_ctx_switch() pushes the callee-saved
  * registers (and the floating-point control state the ABI says is preserved across calls: x87
  * control word and MXCSR on x86-64, FPCR on aarch64) on the current stack, stores the stack
  * pointer in *save, loads 'to' and pops the same frame from there. No signal mask is saved and no
@@ -17,7 +17,7 @@
 #include <stdint.h>
 
 /* Save the running context in *save and resume the one whose stack pointer is 'to'. */
-void pvrt_ctx_switch(void **save, void *to);
+void rt_ctx_switch(void **save, void *to);
 
 /*
  * Prepare a fresh context on the stack ending at 'top' (exclusive) so that switching to the
@@ -25,14 +25,14 @@ void pvrt_ctx_switch(void **save, void *to);
  * (unwinders stop there). entry must never return. The floating-point control state is inherited
  * from the caller, as POSIX threads inherit it.
  */
-void *pvrt_ctx_make(void *top, void (*entry)(void *), void *arg);
+void *rt_ctx_make(void *top, void (*entry)(void *), void *arg);
 
 /*
  * The caller's floating-point control state (x86-64: MXCSR, x87 control word << 32; AArch64:
- * FPCR), and pvrt_ctx_make with a state taken earlier: ult.c takes it when a ULT is created (it
+ * FPCR), and rt_ctx_make with a state taken earlier: ult.c takes it when a ULT is created (it
  * inherits its creator's) and builds the frame on the stack when the ULT first runs.
  */
-static inline uint64_t pvrt_ctx_fpstate(void)
+static inline uint64_t rt_ctx_fpstate(void)
 {
 #if defined(__x86_64__)
 	uint32_t mxcsr;
@@ -48,6 +48,6 @@ static inline uint64_t pvrt_ctx_fpstate(void)
 #error "no context switch for this architecture"
 #endif
 }
-void *pvrt_ctx_make_fp(void *top, void (*entry)(void *), void *arg, uint64_t fp);
+void *rt_ctx_make_fp(void *top, void (*entry)(void *), void *arg, uint64_t fp);
 
 #endif /* PVRT_RUNTIME_ARCH_CTX_H */

@@ -27,6 +27,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "lk_layout.h" /* white box: the mutex hand-off state */
+
 #ifdef FORK_NATIVE
 /* The wrappers below negate results that statements then ignore. */
 #pragma GCC diagnostic ignored "-Wunused-value"
@@ -35,6 +37,7 @@
 #include <pvrt/rwlock.h>
 #include <pvrt/sem.h>
 #include <pvrt/spinlock.h>
+
 typedef pvrt_mutex_t mutex_t;
 typedef pvrt_cond_t cond_t;
 typedef pvrt_rwlock_t rwlock_t;
@@ -269,10 +272,10 @@ static void *mutex_looper(void *p)
 /* Is a parent thread registered as the hand-off target of m1 (pvrt's layout)? */
 static bool handoff_pending(void)
 {
-	const pvrt_mutex_t *pm = (const pvrt_mutex_t *)(const void *)&m1;
+	lk_mutex_t *pm = lk_mutex_of((pvrt_mutex_t *)(void *)&m1);
 	uint32_t h = __atomic_load_n(&pm->handoff, __ATOMIC_ACQUIRE);
 	return h != 0 && !(h & 0x80000000u) &&
-	       (__atomic_load_n(&pm->word, __ATOMIC_RELAXED) & PVRT_MUTEX_HANDOFF);
+	       (__atomic_load_n(&pm->word, __ATOMIC_RELAXED) & LK_MUTEX_HANDOFF);
 }
 
 static void child_handoff(void)

@@ -11,6 +11,8 @@
 #define _GNU_SOURCE
 #include <pvrt/lockstat.h>
 #include <pvrt/mutex.h>
+
+#include "lk_layout.h" /* white box: the futex word waiters sleep on */
 #include <pvrt/pvhint.h>
 
 #include "check.h"
@@ -55,7 +57,7 @@ static bool sleeps_on_word(pid_t tid)
 	CHECK(f != NULL);
 	int n = fscanf(f, "%ld %lx", &nr, &a0);
 	fclose(f);
-	return n == 2 && nr == SYS_futex && a0 == (unsigned long)&m.word;
+	return n == 2 && nr == SYS_futex && a0 == (unsigned long)&lk_mutex_of(&m)->word;
 }
 
 /* Start a waiter on the held mutex and return once it sleeps in the kernel futex. */

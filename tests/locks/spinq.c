@@ -25,7 +25,7 @@
 
 #define NT 6
 
-static struct pvrt_spinq_node *tail;
+static struct lk_sqnode *tail;
 static int heads_now;
 static unsigned long heads, gave_up;
 static long rounds = 5000; /* per thread, first phase (6 spinning threads: slow under load) */
@@ -79,7 +79,7 @@ static void *worker(void *arg)
 {
 	struct job *j = arg;
 	unsigned id = j->id;
-	struct pvrt_spinq_node *n = lk_spinq_node();
+	struct lk_sqnode *n = lk_spinq_node();
 	CHECK(n != NULL);
 	struct giveup g = {.seed = id * 7919u + 1};
 	for (long i = 0; i < j->rounds; i++) {
@@ -106,7 +106,7 @@ static void *worker(void *arg)
  * nobody will ever hand the head on, so a spinner there must take it at once (spinq.h), not
  * spend its budget and give up on every attempt.
  */
-static struct pvrt_spinq_node *ftail;
+static struct lk_sqnode *ftail;
 static int f_release, f_queued;
 
 static bool give_up_flag(void *arg)
@@ -117,7 +117,7 @@ static bool give_up_flag(void *arg)
 static void *fork_head(void *arg)
 {
 	(void)arg;
-	struct pvrt_spinq_node *n = lk_spinq_node();
+	struct lk_sqnode *n = lk_spinq_node();
 	CHECK(lk_spinq_lock(&ftail, n, 1, &fake, give_up_flag, &f_release));
 	__atomic_fetch_add(&f_queued, 1, __ATOMIC_RELEASE);
 	while (!__atomic_load_n(&f_release, __ATOMIC_ACQUIRE))
@@ -129,7 +129,7 @@ static void *fork_head(void *arg)
 static void *fork_waiter(void *arg)
 {
 	(void)arg;
-	struct pvrt_spinq_node *n = lk_spinq_node();
+	struct lk_sqnode *n = lk_spinq_node();
 	static int never;
 	/* The parent forks once the tail is our node. */
 	CHECK(lk_spinq_lock(&ftail, n, 2, &fake, give_up_flag, &never));
@@ -153,7 +153,7 @@ static void fork_phase(void)
 	CHECK_EQ(pthread_create(&h, NULL, fork_head, NULL), 0);
 	while (!__atomic_load_n(&f_queued, __ATOMIC_ACQUIRE))
 		sched_yield();
-	struct pvrt_spinq_node *head_node = SQ_LOAD(&ftail);
+	struct lk_sqnode *head_node = SQ_LOAD(&ftail);
 	CHECK_EQ(pthread_create(&w, NULL, fork_waiter, NULL), 0);
 	while (SQ_LOAD(&ftail) == head_node)
 		sched_yield();
@@ -162,7 +162,7 @@ static void fork_phase(void)
 	CHECK(pid >= 0);
 	if (pid == 0) {
 		alarm(60);
-		struct pvrt_spinq_node *n = lk_spinq_node();
+		struct lk_sqnode *n = lk_spinq_node();
 		for (int i = 0; i < 3; i++) {
 			struct timespec t0;
 			clock_gettime(CLOCK_MONOTONIC, &t0);

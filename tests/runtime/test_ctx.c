@@ -28,18 +28,18 @@ static void co(void *arg)
 		volatile double x = 1.0, y = 3.0;
 		if (x / y <= 0.3333333333333333)
 			FAIL("rounding mode of the coroutine lost\n");
-		pvrt_ctx_switch(&co_sp, main_sp);
+		rt_ctx_switch(&co_sp, main_sp);
 	}
 }
 
 int main(void)
 {
-	co_sp = pvrt_ctx_make(stack + sizeof(stack), co, (void *)0x5eed);
+	co_sp = rt_ctx_make(stack + sizeof(stack), co, (void *)0x5eed);
 	fesetround(FE_TONEAREST);
 	register double keep =
 	    42.5; /* lives across the switch in a callee-saved register or stack */
 	for (int i = 0; i < 100000; i++) {
-		pvrt_ctx_switch(&main_sp, co_sp);
+		rt_ctx_switch(&main_sp, co_sp);
 		if (counter != i + 1)
 			FAIL("counter %d at %d\n", counter, i);
 		if (fegetround() != FE_TONEAREST)

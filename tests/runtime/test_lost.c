@@ -34,7 +34,7 @@ int sched_yield(void)
 
 static void *sysmon_gives_up(void *arg)
 {
-	struct pvrt_m *m = arg;
+	struct rt_m *m = arg;
 	usleep(20000);
 	__atomic_store_n(&m->lost, 0, __ATOMIC_RELEASE);
 	return NULL;
@@ -43,7 +43,7 @@ static void *sysmon_gives_up(void *arg)
 static void *ult(void *arg)
 {
 	(void)arg;
-	struct pvrt_m *m = pvrt_tls_m;
+	struct rt_m *m = rt_tls_m;
 	CHECK(m != NULL);
 	struct pvrt_ult *self = rt_ult_current();
 	CHECK(self != NULL);

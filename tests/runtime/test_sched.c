@@ -17,23 +17,23 @@ static pvhint_t page = {.rec = rec, .nr = NW};
 static bool parked[NW];
 static unsigned queued[NW];
 
-static unsigned f_vcpu(const struct pvrt_sched_view *v, unsigned w)
+static unsigned f_vcpu(const struct rt_sched_view *v, unsigned w)
 {
 	(void)v;
 	return w;
 }
-static bool f_parked(const struct pvrt_sched_view *v, unsigned w)
+static bool f_parked(const struct rt_sched_view *v, unsigned w)
 {
 	(void)v;
 	return parked[w];
 }
-static unsigned f_queued(const struct pvrt_sched_view *v, unsigned w)
+static unsigned f_queued(const struct rt_sched_view *v, unsigned w)
 {
 	(void)v;
 	return queued[w];
 }
 
-static struct pvrt_sched_view view = {
+static struct rt_sched_view view = {
     .nworkers = NW, .hint = &page, .vcpu = f_vcpu, .parked = f_parked, .queued = f_queued};
 
 static void reset(void)
@@ -45,10 +45,10 @@ static void reset(void)
 }
 
 /* The victims a full steal search of worker 'me' tries, in order (own index skipped). */
-static int victims(const struct pvrt_sched_policy *p, int me, int *out, uint64_t seed)
+static int victims(const struct rt_sched_policy *p, int me, int *out, uint64_t seed)
 {
 	uint64_t rng[2] = {seed, 0};
-	struct pvrt_sched_caller c = {.worker = me, .rng = rng};
+	struct rt_sched_caller c = {.worker = me, .rng = rng};
 	int n = 0;
 	for (unsigned a = 0;; a++) {
 		int v = p->steal_victim(&view, &c, a);
@@ -64,10 +64,10 @@ static int victims(const struct pvrt_sched_policy *p, int me, int *out, uint64_t
 
 int main(void)
 {
-	const struct pvrt_sched_policy *h = pvrt_sched_find(NULL);
-	CHECK(h == &pvrt_sched_hints); /* the default */
-	CHECK(pvrt_sched_find("random") == &pvrt_sched_random);
-	CHECK(pvrt_sched_find("bogus") == NULL);
+	const struct rt_sched_policy *h = rt_sched_find(NULL);
+	CHECK(h == &rt_sched_hints); /* the default */
+	CHECK(rt_sched_find("random") == &rt_sched_random);
+	CHECK(rt_sched_find("bogus") == NULL);
 
 	/* Steal: worker 2's vCPU is preempted with work queued; it is tried first, whatever the
 	 * random start; workers 1 and 3 (running, queued work too) only afterwards. */
@@ -92,7 +92,7 @@ int main(void)
 		rec[3].preempted = PVHINT_PREEMPTED;
 		queued[1] = 1;
 		uint64_t r[2] = {seed, 0};
-		struct pvrt_sched_caller c0 = {.worker = 0, .rng = r};
+		struct rt_sched_caller c0 = {.worker = 0, .rng = r};
 		for (unsigned a = 0; a < NW; a++)
 			CHECK_EQ(h->steal_victim(&view, &c0, a), 0);
 	}
@@ -103,7 +103,7 @@ int main(void)
 	rec[2].preempted = PVHINT_PREEMPTED;
 	rec[3].is_idle = 1;
 	uint64_t rng[2] = {5, 0};
-	struct pvrt_sched_caller w0 = {.worker = 0, .rng = rng};
+	struct rt_sched_caller w0 = {.worker = 0, .rng = rng};
 	for (unsigned where = 0; where < NW; where++)
 		CHECK_EQ(h->wake_idle(&view, &w0, where), 3);
 	rec[3].is_idle = 0; /* no idle pCPU: a parked worker that is not preempted */
@@ -120,7 +120,7 @@ int main(void)
 	 * and prefers a parked worker on an idle pCPU. */
 	reset();
 	CHECK_EQ(h->wake_target(&view, &w0, 2), 0);
-	struct pvrt_sched_caller f = {.worker = -1, .rng = rng};
+	struct rt_sched_caller f = {.worker = -1, .rng = rng};
 	CHECK_EQ(h->wake_target(&view, &f, 2), 2);
 	rec[2].preempted = PVHINT_PREEMPTED;
 	rec[1].is_idle = 1;
@@ -136,21 +136,21 @@ int main(void)
 	parked[1] = parked[3] = true;
 	for (uint64_t seed = 1; seed < 20; seed++) {
 		int a[64], b[64];
-		int na = victims(h, 0, a, seed), nb = victims(&pvrt_sched_random, 0, b, seed);
+		int na = victims(h, 0, a, seed), nb = victims(&rt_sched_random, 0, b, seed);
 		/* hints' rescue round finds nothing; its random rounds walk as random's do. */
 		CHECK_EQ(na, nb);
 		for (int i = 0; i < na; i++)
 			CHECK_EQ(a[i], b[i]);
 		for (unsigned where = 0; where < NW; where++)
 			CHECK_EQ(h->wake_idle(&view, &w0, where),
-				 pvrt_sched_random.wake_idle(&view, &w0, where));
+				 rt_sched_random.wake_idle(&view, &w0, where));
 		/* Foreign wake-ups, also of ULTs that never ran (last -1): the same draws. */
 		for (int last = -1; last < NW; last++) {
 			uint64_t ra[2] = {seed, 0}, rb[2] = {seed, 0};
-			struct pvrt_sched_caller fa = {.worker = -1, .rng = ra};
-			struct pvrt_sched_caller fb = {.worker = -1, .rng = rb};
+			struct rt_sched_caller fa = {.worker = -1, .rng = ra};
+			struct rt_sched_caller fb = {.worker = -1, .rng = rb};
 			CHECK_EQ(h->wake_target(&view, &fa, last),
-				 pvrt_sched_random.wake_target(&view, &fb, last));
+				 rt_sched_random.wake_target(&view, &fb, last));
 		}
 	}
 	printf("sched: OK\n");

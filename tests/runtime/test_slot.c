@@ -47,7 +47,7 @@ int main(void)
 	pvrt_config_init(&c);
 	c.workers = 1;
 	CHECK_EQ(pvrt_init(&c), 0);
-	if (!pvrt_rt.slots) {
+	if (!rt_state.slots) {
 		printf("runtime.handoff_slot: the hint source has no thread slots: skipped\n");
 		CHECK_EQ(pvrt_finalize(), 0);
 		return 77;

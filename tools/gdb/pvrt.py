@@ -9,7 +9,7 @@ Commands:
   pvrt signals     let the runtime's preemption signal through without stopping (done when
                    this file is sourced into a live runtime; run it again after pvrt_init)
 
-Descriptors are found through pvrt_rt.chunks (every descriptor lives in a chunk for the life
+Descriptors are found through rt_state.chunks (every descriptor lives in a chunk for the life
 of the runtime). A suspended ULT's registers are on its stack at its saved stack pointer, in
 the layout of runtime/arch/<arch>/switch.S.
 """
@@ -68,7 +68,7 @@ def _backtrace(sp, limit=32):
 
 
 def _ults():
-    rt = gdb.parse_and_eval("pvrt_rt")
+    rt = gdb.parse_and_eval("rt_state")
     if not int(rt["running"]):
         return
     c = rt["chunks"]
@@ -96,7 +96,7 @@ class PvrtUlts(gdb.Command):
 
     def invoke(self, arg, from_tty):
         bt = arg.strip() == "bt"
-        rt = gdb.parse_and_eval("pvrt_rt")
+        rt = gdb.parse_and_eval("rt_state")
         running = {}
         for w in range(int(rt["nw"])):
             cur = rt["w"][w]["cur"]
@@ -136,7 +136,7 @@ class PvrtWorkers(gdb.Command):
         super().__init__("pvrt workers", gdb.COMMAND_USER)
 
     def invoke(self, arg, from_tty):
-        rt = gdb.parse_and_eval("pvrt_rt")
+        rt = gdb.parse_and_eval("rt_state")
         if not int(rt["running"]):
             print("pvrt is not running")
             return
@@ -167,7 +167,7 @@ class PvrtSignals(gdb.Command):
 def _preempt_signal():
     """The real-time signal the runtime preempts ULTs with (0 if none or no live process)."""
     try:
-        return int(gdb.parse_and_eval("pvrt_rt.preempt_sig"))
+        return int(gdb.parse_and_eval("rt_state.preempt_sig"))
     except gdb.error:
         return 0
 

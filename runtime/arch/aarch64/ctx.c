@@ -4,23 +4,23 @@
 
 #include <stdint.h>
 
-void pvrt_ctx_trampoline(void);
+void rt_ctx_trampoline(void);
 
-void *pvrt_ctx_make_fp(void *top, void (*entry)(void *), void *arg, uint64_t fp)
+void *rt_ctx_make_fp(void *top, void (*entry)(void *), void *arg, uint64_t fp)
 {
 	uint64_t *sp = (uint64_t *)(((uintptr_t)top & ~(uintptr_t)15) - 176);
 	for (int i = 0; i < 22; i++)
 		sp[i] = 0;
-	sp[0] = (uint64_t)entry;		/* x19 */
-	sp[1] = (uint64_t)arg;			/* x20 */
-	sp[10] = 0;				/* x29: ends frame-pointer chains */
-	sp[11] = (uint64_t)pvrt_ctx_trampoline; /* x30: where the switch "returns" */
-	sp[20] = fp;				/* FPCR */
+	sp[0] = (uint64_t)entry;	      /* x19 */
+	sp[1] = (uint64_t)arg;		      /* x20 */
+	sp[10] = 0;			      /* x29: ends frame-pointer chains */
+	sp[11] = (uint64_t)rt_ctx_trampoline; /* x30: where the switch "returns" */
+	sp[20] = fp;			      /* FPCR */
 	return sp;
 }
 
-void *pvrt_ctx_make(void *top, void (*entry)(void *), void *arg)
+void *rt_ctx_make(void *top, void (*entry)(void *), void *arg)
 {
 	/* Inherit the caller's rounding mode and trap enables, as POSIX threads do. */
-	return pvrt_ctx_make_fp(top, entry, arg, pvrt_ctx_fpstate());
+	return rt_ctx_make_fp(top, entry, arg, rt_ctx_fpstate());
 }

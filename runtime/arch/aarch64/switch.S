@@ -8,11 +8,11 @@
  * x19-x29, sp, the low 64 bits of v8-v15 and FPCR are preserved across calls in AAPCS64.
  */
 	.text
-	.globl	pvrt_ctx_switch
-	.hidden	pvrt_ctx_switch
-	.type	pvrt_ctx_switch, %function
+	.globl	rt_ctx_switch
+	.hidden	rt_ctx_switch
+	.type	rt_ctx_switch, %function
 	.p2align 4
-pvrt_ctx_switch: /* x0 = void **save, x1 = void *to */
+rt_ctx_switch: /* x0 = void **save, x1 = void *to */
 	.cfi_startproc
 	sub	sp, sp, #176
 	stp	x19, x20, [sp, #0]
@@ -45,14 +45,14 @@ pvrt_ctx_switch: /* x0 = void **save, x1 = void *to */
 	add	sp, sp, #176
 	ret
 	.cfi_endproc
-	.size	pvrt_ctx_switch, .-pvrt_ctx_switch
+	.size	rt_ctx_switch, .-rt_ctx_switch
 
 /* First code of a fresh context: entry in x19, its argument in x20 (see ctx.c). */
-	.globl	pvrt_ctx_trampoline
-	.hidden	pvrt_ctx_trampoline
-	.type	pvrt_ctx_trampoline, %function
+	.globl	rt_ctx_trampoline
+	.hidden	rt_ctx_trampoline
+	.type	rt_ctx_trampoline, %function
 	.p2align 4
-pvrt_ctx_trampoline:
+rt_ctx_trampoline:
 	.cfi_startproc
 	.cfi_undefined x30
 	mov	x29, #0
@@ -60,6 +60,6 @@ pvrt_ctx_trampoline:
 	blr	x19
 	brk	#0	/* entry must not return */
 	.cfi_endproc
-	.size	pvrt_ctx_trampoline, .-pvrt_ctx_trampoline
+	.size	rt_ctx_trampoline, .-rt_ctx_trampoline
 
 	.section .note.GNU-stack,"",%progbits

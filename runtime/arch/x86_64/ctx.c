@@ -4,9 +4,9 @@
 
 #include <stdint.h>
 
-void pvrt_ctx_trampoline(void);
+void rt_ctx_trampoline(void);
 
-void *pvrt_ctx_make_fp(void *top, void (*entry)(void *), void *arg, uint64_t fp)
+void *rt_ctx_make_fp(void *top, void (*entry)(void *), void *arg, uint64_t fp)
 {
 	/*
 	 * After the switch pops 8 slots (64 bytes) rsp is sp + 64; the trampoline's call needs rsp
@@ -20,14 +20,14 @@ void *pvrt_ctx_make_fp(void *top, void (*entry)(void *), void *arg, uint64_t fp)
 	sp[4] = (uint64_t)entry; /* r12 */
 	sp[5] = 0;		 /* rbx */
 	sp[6] = 0;		 /* rbp: ends frame-pointer chains */
-	sp[7] = (uint64_t)pvrt_ctx_trampoline;
+	sp[7] = (uint64_t)rt_ctx_trampoline;
 	sp[8] = 0;
 	sp[9] = 0;
 	return sp;
 }
 
-void *pvrt_ctx_make(void *top, void (*entry)(void *), void *arg)
+void *rt_ctx_make(void *top, void (*entry)(void *), void *arg)
 {
 	/* Inherit the caller's rounding and exception masks (POSIX threads inherit them). */
-	return pvrt_ctx_make_fp(top, entry, arg, pvrt_ctx_fpstate());
+	return rt_ctx_make_fp(top, entry, arg, rt_ctx_fpstate());
 }

@@ -10,11 +10,11 @@
  * ABI, so they are all a cooperative switch must keep; everything else is dead across the call.
  */
 	.text
-	.globl	pvrt_ctx_switch
-	.hidden	pvrt_ctx_switch
-	.type	pvrt_ctx_switch, @function
+	.globl	rt_ctx_switch
+	.hidden	rt_ctx_switch
+	.type	rt_ctx_switch, @function
 	.p2align 4
-pvrt_ctx_switch: /* rdi = void **save, rsi = void *to */
+rt_ctx_switch: /* rdi = void **save, rsi = void *to */
 	.cfi_startproc
 	pushq	%rbp
 	pushq	%rbx
@@ -38,23 +38,23 @@ pvrt_ctx_switch: /* rdi = void **save, rsi = void *to */
 	popq	%rbp
 	ret
 	.cfi_endproc
-	.size	pvrt_ctx_switch, .-pvrt_ctx_switch
+	.size	rt_ctx_switch, .-rt_ctx_switch
 
 /*
- * First code run by a fresh context: pvrt_ctx_make() put entry in r12 and its argument in r13.
+ * First code run by a fresh context: rt_ctx_make() put entry in r12 and its argument in r13.
  * The return address is undefined so that debuggers and unwinders stop here.
  */
-	.globl	pvrt_ctx_trampoline
-	.hidden	pvrt_ctx_trampoline
-	.type	pvrt_ctx_trampoline, @function
+	.globl	rt_ctx_trampoline
+	.hidden	rt_ctx_trampoline
+	.type	rt_ctx_trampoline, @function
 	.p2align 4
-pvrt_ctx_trampoline:
+rt_ctx_trampoline:
 	.cfi_startproc
 	.cfi_undefined rip
 	movq	%r13, %rdi
 	callq	*%r12
 	ud2	/* entry must not return */
 	.cfi_endproc
-	.size	pvrt_ctx_trampoline, .-pvrt_ctx_trampoline
+	.size	rt_ctx_trampoline, .-rt_ctx_trampoline
 
 	.section .note.GNU-stack,"",@progbits

@@ -71,7 +71,7 @@ int pvrt_barrier_wait(pvrt_barrier_t *pb)
 	 * be one step, or an arrival racing with the end of a round (more threads than 'count')
 	 * could count itself in the next round while waiting on the old one. */
 	uint32_t *ilock = &b->ilock, *sleepers = &b->sleepers;
-	lk_ilock(ilock);
+	lk_ilock(ilock, C);
 	uint32_t g = __atomic_load_n(&b->gen, __ATOMIC_RELAXED);
 	uint32_t a = ++b->arrived;
 	lk_stat(C, LK_ACQ);

@@ -217,14 +217,12 @@ void lk_kwake(uint32_t *addr, int n)
 	os_futex_wake(addr, n);
 }
 
-static void ilock_park(uint32_t *w)
+void lk_ilock_slow(uint32_t *w, enum pvrt_lock_class cls)
 {
-	lk_park(w, 2, CLOCK_MONOTONIC, NULL, PVRT_LOCK_COND);
-}
-
-void lk_ilock_slow(uint32_t *w)
-{
-	os_lock_contended(w, 0, ilock_park); /* no spinning, as before: sections are short */
+	/* os_lock_contended's loop without its spinning (sections are short), parking with the
+	 * caller's class: mark the lock contended (2), sleep while it stays so. */
+	while (__atomic_exchange_n(w, 2, __ATOMIC_ACQUIRE) != 0)
+		lk_park(w, 2, CLOCK_MONOTONIC, NULL, cls);
 }
 
 const char *pvrt_lock_class_name(enum pvrt_lock_class cls)

@@ -83,7 +83,7 @@ struct lk_cond_node {
  */
 static void queue_lock(lk_cond_t *c)
 {
-	lk_ilock(&c->lock);
+	lk_ilock(&c->lock, C);
 	uint32_t gen = lk_gen();
 	if (lk_unlikely(c->qgen != gen)) {
 		/* Relaxed: as set_head. */

@@ -180,13 +180,14 @@ static inline int lk_wake_one(uint32_t *addr)
 }
 
 /* A small internal lock for short queue manipulations: the OS layer's three-state lock, its
- * sleepers parked through rt_futex (a ULT switches away instead of blocking its worker). */
-void lk_ilock_slow(uint32_t *w);
-static inline void lk_ilock(uint32_t *w)
+ * sleepers parked through rt_futex (a ULT switches away instead of blocking its worker) and
+ * counted as parks of the lock class cls that uses it. */
+void lk_ilock_slow(uint32_t *w, enum pvrt_lock_class cls);
+static inline void lk_ilock(uint32_t *w, enum pvrt_lock_class cls)
 {
 	/* Acquire: the queue written by the previous holder is visible to us. */
 	if (lk_unlikely(!os_lock_try(w)))
-		lk_ilock_slow(w);
+		lk_ilock_slow(w, cls);
 }
 static inline void lk_iunlock(uint32_t *w)
 {

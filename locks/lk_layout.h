@@ -33,16 +33,16 @@ struct lk_cond_node;
 
 /* ---- mutex ---- */
 typedef struct lk_mutex {
-	uint32_t word;	     /* lock word and futex: LK_MUTEX_{LOCKED,WAITERS,HANDOFF,KWAITERS} */
-	uint32_t count;	     /* recursion depth (recursive type) */
-	int32_t owner;	     /* owner's thread id (glibc's __owner), 0 when free */
-	uint16_t owner_vcpu; /* owner's vCPU + 1, published at acquisition; 0: unknown (or
-			      * a vCPU number above 65534) */
+	uint32_t word;	       /* lock word and futex: LK_MUTEX_{LOCKED,WAITERS,HANDOFF,KWAITERS} */
+	uint32_t count;	       /* recursion depth (recursive type) */
+	int32_t owner;	       /* owner's thread id (glibc's __owner), 0 when free */
+	uint16_t owner_vcpu;   /* owner's vCPU + 1, published at acquisition; 0: unknown (or
+				* a vCPU number above 65534) */
 	uint16_t handoff_vcpu; /* hand-off target's vCPU + 1 */
 	int32_t kind;	       /* type (PVRT_MUTEX_*), at the offset of glibc's __kind */
 	uint32_t handoff; /* hand-off futex: 0, the target's tid, or tid | 0x80000000: granted */
 	struct lk_sqnode *spinq; /* tail of the queue of spinning waiters, or NULL */
-	void *owner_ult;	     /* the owner ULT when it is one (runtime), else NULL */
+	void *owner_ult;	 /* the owner ULT when it is one (runtime), else NULL */
 } lk_mutex_t;
 
 #define LK_MUTEX_LOCKED	  1u
@@ -56,9 +56,9 @@ typedef struct lk_cond {
 	uint32_t clock;		   /* 0: CLOCK_REALTIME, 1: CLOCK_MONOTONIC */
 	struct lk_cond_node *head; /* oldest waiter */
 	struct lk_cond_node *tail;
-	uint32_t refs;	  /* waiters still referring to the condvar (destroy waits for 0) */
-	uint32_t qgen;	  /* the fork generation the queue belongs to (cond.c) */
-	uint32_t kseq;	  /* bumped after every SIGNALED store to a kernel node */
+	uint32_t refs;	      /* waiters still referring to the condvar (destroy waits for 0) */
+	uint32_t qgen;	      /* the fork generation the queue belongs to (cond.c) */
+	uint32_t kseq;	      /* bumped after every SIGNALED store to a kernel node */
 	uint32_t glibc_wrefs; /* at glibc's __wrefs: bit 0 marks a process-shared glibc cond */
 	uint32_t spare[2];
 } lk_cond_t;

@@ -25,7 +25,7 @@ static void node_release(void *p)
 {
 	struct lk_sqnode *n = p;
 	/* The thread is exiting, outside any lock call: n is in no queue. */
-	lk_ilock(&pool_lock);
+	lk_ilock(&pool_lock, PVRT_LOCK_MUTEX);
 	n->pool = pool;
 	pool = n;
 	lk_iunlock(&pool_lock);
@@ -51,7 +51,7 @@ void lk_spinq_atfork_child(void)
 static struct lk_sqnode *node_alloc(void)
 {
 	pthread_once(&exit_once, exit_key_create);
-	lk_ilock(&pool_lock);
+	lk_ilock(&pool_lock, PVRT_LOCK_MUTEX);
 	struct lk_sqnode *n = pool;
 	if (n)
 		pool = n->pool;

@@ -89,6 +89,10 @@ static inline struct lk_sqnode *lk_spinq_wait_next(struct lk_sqnode **tail, stru
 		if (SQ_LOAD(tail) == n && SQ_CAS(tail, &e, prev))
 			return NULL; /* nobody behind us: the queue ends at prev now */
 		if (SQ_LOAD(&n->next)) {
+			/* Exchanged, not read: left in n->next, the successor's own step A (leaving
+			 * at the same time) would still find n->next == itself, unlink from n and
+			 * take n for its predecessor while we relink it elsewhere. With n->next
+			 * NULL its step A fails and it waits for the new 'prev' we give it. */
 			struct lk_sqnode *next = SQ_XCHG(&n->next, NULL);
 			if (next)
 				return next;
@@ -142,7 +146,10 @@ static inline bool lk_spinq_lock(struct lk_sqnode **tail, struct lk_sqnode *n, u
 	struct lk_sqnode *next = lk_spinq_wait_next(tail, n, prev);
 	if (!next)
 		return false;
-	/* Step C: link the successor to our predecessor. */
+	/* Step C: link the successor to our predecessor. Both are stable: prev because nothing
+	 * else links to it (its 'next' was n, which step A cleared, and it waits in its own step A
+	 * or spins for a 'next'), next because step B took it off n->next, so its step A fails
+	 * until it reads the 'prev' stored here. */
 	SQ_STORE(&next->prev, prev);
 	SQ_STORE(&prev->next, next);
 	return false;

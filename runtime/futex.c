@@ -2,7 +2,7 @@
 /*
  * rt_futex: kernel-futex semantics for ULTs and threads alike (see futex.h).
  *
- * Waiters queue in one of PVRT_FUTEX_BUCKETS hash buckets keyed by address; the waiter record
+ * Waiters queue in one of FUTEX_BUCKETS hash buckets keyed by address; the waiter record
  * lives on the waiter's own stack (a blocked ULT's stack stays put, so no allocation). Each
  * bucket has a lock; nothing else is shared.
  *
@@ -30,8 +30,8 @@
 #include <pthread.h>
 #include <stddef.h>
 
-#define PVRT_FUTEX_BUCKETS_SHIFT 9
-#define PVRT_FUTEX_BUCKETS	 (1u << PVRT_FUTEX_BUCKETS_SHIFT)
+#define FUTEX_BUCKETS_SHIFT 9
+#define FUTEX_BUCKETS	    (1u << FUTEX_BUCKETS_SHIFT)
 
 struct waiter {
 	struct waiter *next, *prev;
@@ -50,7 +50,7 @@ struct bucket {
 	struct waiter *first, *last;
 } PVRT_ALIGNED;
 
-static struct bucket buckets[PVRT_FUTEX_BUCKETS];
+static struct bucket buckets[FUTEX_BUCKETS];
 
 /*
  * In a child of fork() only the forking thread exists: waiter records of the parent's other
@@ -59,7 +59,7 @@ static struct bucket buckets[PVRT_FUTEX_BUCKETS];
  */
 static void buckets_atfork_child(void)
 {
-	for (unsigned i = 0; i < PVRT_FUTEX_BUCKETS; i++)
+	for (unsigned i = 0; i < FUTEX_BUCKETS; i++)
 		buckets[i] = (struct bucket){0};
 }
 
@@ -72,7 +72,7 @@ static struct bucket *bucket_of(const uint32_t *addr)
 {
 	uint64_t a = (uint64_t)(uintptr_t)addr;
 	/* Fibonacci hashing of the word address. */
-	return &buckets[((a >> 2) * 0x9E3779B97F4A7C15ull) >> (64 - PVRT_FUTEX_BUCKETS_SHIFT)];
+	return &buckets[((a >> 2) * 0x9E3779B97F4A7C15ull) >> (64 - FUTEX_BUCKETS_SHIFT)];
 }
 
 static void enqueue(struct bucket *b, struct waiter *w)

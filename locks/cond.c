@@ -382,29 +382,26 @@ static int mutex_lock_op(void *m)
 int pvrt_cond_wait(pvrt_cond_t *pc, pvrt_mutex_t *pm)
 {
 	lk_cond_t *c = lk_cond_of(pc);
-	lk_mutex_t *m = lk_mutex_of(pm);
-	return lk_cond_wait(c, m, mutex_unlock_op, mutex_lock_op, CLOCK_MONOTONIC, NULL, false);
+	return lk_cond_wait(c, pm, mutex_unlock_op, mutex_lock_op, CLOCK_MONOTONIC, NULL, false);
 }
 
 int pvrt_cond_timedwait(pvrt_cond_t *pc, pvrt_mutex_t *pm, const struct timespec *abstime)
 {
 	lk_cond_t *c = lk_cond_of(pc);
-	lk_mutex_t *m = lk_mutex_of(pm);
 	if (!abstime)
 		return -EINVAL;
 	clockid_t clk =
 	    __atomic_load_n(&c->clock, __ATOMIC_RELAXED) ? CLOCK_MONOTONIC : CLOCK_REALTIME;
-	return lk_cond_wait(c, m, mutex_unlock_op, mutex_lock_op, clk, abstime, false);
+	return lk_cond_wait(c, pm, mutex_unlock_op, mutex_lock_op, clk, abstime, false);
 }
 
 int pvrt_cond_clockwait(pvrt_cond_t *pc, pvrt_mutex_t *pm, clockid_t clk,
 			const struct timespec *abstime)
 {
 	lk_cond_t *c = lk_cond_of(pc);
-	lk_mutex_t *m = lk_mutex_of(pm);
 	if (!lk_valid_clock(clk) || !abstime)
 		return -EINVAL;
-	return lk_cond_wait(c, m, mutex_unlock_op, mutex_lock_op, clk, abstime, false);
+	return lk_cond_wait(c, pm, mutex_unlock_op, mutex_lock_op, clk, abstime, false);
 }
 
 /*

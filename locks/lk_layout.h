@@ -43,7 +43,7 @@ typedef struct lk_mutex {
 	uint32_t handoff; /* hand-off futex: 0, the target's tid, or tid | 0x80000000: granted */
 	struct lk_sqnode *spinq; /* tail of the queue of spinning waiters, or NULL */
 	void *owner_ult;	 /* the owner ULT when it is one (runtime), else NULL */
-} lk_mutex_t;
+} __attribute__((may_alias)) lk_mutex_t;
 
 #define LK_MUTEX_LOCKED	  1u
 #define LK_MUTEX_WAITERS  2u /* a ULT may be parked on 'word' (the runtime's futex) */
@@ -61,7 +61,7 @@ typedef struct lk_cond {
 	uint32_t kseq;	      /* bumped after every SIGNALED store to a kernel node */
 	uint32_t glibc_wrefs; /* at glibc's __wrefs: bit 0 marks a process-shared glibc cond */
 	uint32_t spare[2];
-} lk_cond_t;
+} __attribute__((may_alias)) lk_cond_t;
 
 /* ---- reader-writer lock ---- */
 typedef struct lk_rwlock {
@@ -76,7 +76,7 @@ typedef struct lk_rwlock {
 	uint32_t spare[4];
 	uint32_t flags; /* preference, at glibc's __flags */
 	uint32_t spare2;
-} lk_rwlock_t;
+} __attribute__((may_alias)) lk_rwlock_t;
 
 /* ---- barrier ---- */
 typedef struct lk_barrier {
@@ -88,14 +88,14 @@ typedef struct lk_barrier {
 	uint32_t ilock;	   /* internal lock: an arrival reads the round and counts itself at once */
 	uint32_t sleepers; /* thread waiters in the kernel this round (barrier.c) */
 	uint32_t spare;
-} lk_barrier_t;
+} __attribute__((may_alias)) lk_barrier_t;
 
 /* ---- semaphore ---- */
 typedef struct lk_sem {
 	uint32_t value; /* the count; the futex waiters park on */
 	uint32_t nwait; /* waiters parked (or about to) */
 	uint32_t spare[2];
-} lk_sem_t;
+} __attribute__((may_alias)) lk_sem_t;
 
 /* Every layout fits its storage, with the storage's alignment, and the initialisers' fields are
  * where the public unions put them. */
@@ -118,8 +118,8 @@ _Static_assert(offsetof(lk_rwlock_t, flags) == 48, "glibc's __flags");
 _Static_assert(offsetof(lk_barrier_t, shared) == 12, "glibc's barrier 'shared'");
 
 /* The public object's storage as its layout. The library reaches the objects through these
- * types only (no access through the public unions' members), so no two types alias one object
- * inside the library. */
+ * types only, never through the public unions' members; the types are may_alias all the same,
+ * since the program initialised the object as its own type (or as glibc's, under the preload). */
 static inline lk_mutex_t *lk_mutex_of(pvrt_mutex_t *m)
 {
 	return (lk_mutex_t *)(void *)m;

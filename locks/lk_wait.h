@@ -8,6 +8,8 @@
 #include <pvrt/cond.h>
 #include <pvrt/sem.h>
 
+#include "lk_layout.h"
+
 #include <stdbool.h>
 #include <time.h>
 

@@ -63,6 +63,18 @@ _Static_assert(sizeof(pvrt_cond_t) <= sizeof(pthread_cond_t), "cond size");
 _Static_assert(sizeof(pvrt_rwlock_t) <= sizeof(pthread_rwlock_t), "rwlock size");
 _Static_assert(sizeof(pvrt_barrier_t) <= sizeof(pthread_barrier_t), "barrier size");
 _Static_assert(sizeof(pvrt_spinlock_t) == sizeof(pthread_spinlock_t), "spinlock size");
+/* The fields glibc's static initialisers set, or that mark an object as glibc's own, are where
+ * glibc keeps them (lk_layout.h; the barrier's is checked there: glibc's type is opaque). */
+_Static_assert(offsetof(lk_mutex_t, kind) == offsetof(pthread_mutex_t, __data.__kind), "__kind");
+_Static_assert(offsetof(lk_mutex_t, owner) == offsetof(pthread_mutex_t, __data.__owner), "__owner");
+_Static_assert(offsetof(lk_cond_t, glibc_wrefs) == offsetof(pthread_cond_t, __data.__wrefs),
+	       "__wrefs");
+_Static_assert(offsetof(lk_rwlock_t, shared) == offsetof(pthread_rwlock_t, __data.__shared),
+	       "__shared");
+_Static_assert(offsetof(lk_rwlock_t, flags) == offsetof(pthread_rwlock_t, __data.__flags),
+	       "__flags");
+_Static_assert(offsetof(lk_rwlock_t, writer) == offsetof(pthread_rwlock_t, __data.__cur_writer),
+	       "__cur_writer");
 
 /* glibc's __kind bits for mutexes it must handle itself. */
 #define GLIBC_MUTEX_ROBUST  0x10

@@ -3,7 +3,7 @@
  * pvrt_barrier: with preemption hints, arrivals spin briefly while no other
  * vCPU is preempted and the round fits on the CPUs; otherwise they park at
  * once. The last arrival wakes every thread waiter with one system call. Fits
- * in glibc's 32-byte pthread_barrier_t ('shared' at glibc's offset).
+ * in glibc's 32-byte pthread_barrier_t.
  */
 #ifndef PVRT_BARRIER_H
 #define PVRT_BARRIER_H

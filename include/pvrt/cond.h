@@ -39,7 +39,14 @@ typedef union pvrt_cond {
 	uint64_t _align;
 } pvrt_cond_t;
 
-#define PVRT_COND_INITIALIZER PVRT_ZERO_INITIALIZER
+/* Fully braced in C: no missing-braces warning inside an enclosing initialiser. */
+/* clang-format off */
+#ifdef __cplusplus
+#define PVRT_COND_INITIALIZER {}
+#else
+#define PVRT_COND_INITIALIZER { {0} }
+#endif
+/* clang-format on */
 
 /* clk: CLOCK_REALTIME or CLOCK_MONOTONIC (used by pvrt_cond_timedwait); -EINVAL otherwise.
  * Context: ULT, thread, fork. */

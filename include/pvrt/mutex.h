@@ -8,7 +8,7 @@
  * lock directly (see locks/README.md for the bound).
  *
  * The object fits in (and the preload library overlays it on) glibc's 40-byte
- * pthread_mutex_t: 'kind' sits where glibc keeps __kind, so glibc's static
+ * pthread_mutex_t: the type sits where glibc keeps __kind, so glibc's static
  * initialisers (all zero; PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP, ...) are
  * valid pvrt mutexes of the same type. An all-zero object is an unlocked
  * normal mutex.
@@ -51,7 +51,11 @@ typedef union pvrt_mutex {
 
 /* Static initialisers (C, and C++ from C++11). */
 /* clang-format off */
-#define PVRT_MUTEX_INITIALIZER PVRT_ZERO_INITIALIZER
+#ifdef __cplusplus
+#define PVRT_MUTEX_INITIALIZER {}
+#else
+#define PVRT_MUTEX_INITIALIZER { { {0}, 0, {0} } }
+#endif
 #define PVRT_RECURSIVE_MUTEX_INITIALIZER { { {0}, PVRT_MUTEX_RECURSIVE, {0} } }
 #define PVRT_ERRORCHECK_MUTEX_INITIALIZER { { {0}, PVRT_MUTEX_ERRORCHECK, {0} } }
 /* clang-format on */

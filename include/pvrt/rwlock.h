@@ -5,8 +5,8 @@
  * (glibc's PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP: new readers wait
  * while a writer waits, so a reader must not relock recursively).
  *
- * Fits in glibc's 56-byte pthread_rwlock_t ('shared' and 'flags' at glibc's
- * offsets, so its static initialisers work); all zero is a valid rwlock.
+ * Fits in glibc's 56-byte pthread_rwlock_t (the preference where glibc keeps
+ * __flags, so glibc's static initialisers work); all zero is a valid rwlock.
  */
 #ifndef PVRT_RWLOCK_H
 #define PVRT_RWLOCK_H
@@ -32,7 +32,14 @@ typedef union pvrt_rwlock {
 	uint64_t _align;
 } pvrt_rwlock_t;
 
-#define PVRT_RWLOCK_INITIALIZER PVRT_ZERO_INITIALIZER
+/* Fully braced in C: no missing-braces warning inside an enclosing initialiser. */
+/* clang-format off */
+#ifdef __cplusplus
+#define PVRT_RWLOCK_INITIALIZER {}
+#else
+#define PVRT_RWLOCK_INITIALIZER { {0} }
+#endif
+/* clang-format on */
 
 /* preference: PVRT_RWLOCK_PREFER_*; -EINVAL otherwise.
  * Context: ULT, thread, fork. */

@@ -11,7 +11,7 @@
  *    lock section (WAITING -> SIGNALED directly) and wakes kseq after it: a
  *    signal the node's bit (which may wake other kernel waiters whose bit is
  *    the same: a spurious wake-up, one per signal at most), a broadcast all;
- *  - a ULT's node parks on its own state (pvrt_futex); a signal marks it
+ *  - a ULT's node parks on its own state (rt_futex); a signal marks it
  *    CHAINED and stores SIGNALED after the section; a broadcast chains the
  *    ULT nodes and signals the first, and each woken ULT waiter signals the
  *    next before it relocks the mutex.

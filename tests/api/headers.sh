@@ -44,12 +44,16 @@ macros=$(cat "$inc"/pvrt/*.h | sed -n 's/^#define \(PVRT_[A-Z_]*_INIT\(IALIZER\)
 		PVRT_ZERO_INITIALIZER) continue ;; # the others use it
 		*) echo "#error headers.sh: which type does $m initialise?"; continue ;;
 		esac
+		# Alone, in an array and as a member of an enclosing initialiser (-Wmissing-braces).
 		echo "$t v$i = $m;"
+		echo "$t a$i[2] = {$m, $m};"
+		echo "struct s$i { int x; $t v; } n$i = {1, $m};"
 		i=$((i + 1))
 	done
 	echo "int main(void) { return 0; }"
 } > "$tmp/init.c"
 compile c c11 "$tmp/init.c"
+compile cxx c++11 "$tmp/init.c"
 compile cxx c++17 "$tmp/init.c"
 # Every public function says where it may be called: its comment has a "Context:" line
 # (include/pvrt/export.h defines the contexts).

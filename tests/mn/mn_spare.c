@@ -19,6 +19,8 @@
 #include <sched.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 extern void *__libc_calloc(size_t n, size_t size);
 extern void *__libc_memalign(size_t align, size_t size);
@@ -99,9 +101,34 @@ static void *waiter(void *arg)
 	return NULL;
 }
 
-int main(void)
+/*
+ * "ring": the runtime's own allocations on the wait and switch paths. main takes L and sleeps
+ * before any ULT was queued on its worker: the sleep arms the worker's first timer (its heap is
+ * allocated), and when it fires the runtime queues main again, the worker's first local
+ * queueing (its run queue is allocated). Were those allocations the application's malloc (this
+ * program's calloc or posix_memalign: L), they would wait for L inside the runtime, where no
+ * hand-off happens, for main, which only they let run again (RocksDB's db_bench hung so under
+ * --mn: a ULT preempted inside malloc holding the arena lock, its requeue growing a ring).
+ */
+static int ring_mode(void)
+{
+	lock_L();
+	__atomic_store_n(&gate, 1, __ATOMIC_RELEASE);
+	usleep(1000);
+	__atomic_store_n(&gate, 0, __ATOMIC_RELEASE);
+	unlock_L();
+	pthread_t t;
+	CHECK_EQ(pthread_create(&t, NULL, waiter, NULL), 0);
+	CHECK_EQ(pthread_join(t, NULL), 0);
+	printf("mn_spare: ring ok\n");
+	return 0;
+}
+
+int main(int argc, char **argv)
 {
 	alarm(60);
+	if (argc > 1 && strcmp(argv[1], "ring") == 0)
+		return ring_mode();
 	for (int round = 0; round < 20; round++) {
 		__atomic_store_n(&a_resumed, 0, __ATOMIC_RELAXED);
 		pthread_t a, b;

@@ -451,6 +451,11 @@ static void atfork_child(void)
 	/* The forking thread has a new tid: its slot is the parent thread's. The child shares
 	 * the parent's maps and program; it registers its threads there. */
 	pvhint_tls_slot = -1;
+	/* Another thread of the parent may have been inside daemon_claim at the fork: nobody here
+	 * would ever release its lock (the child's first claim hung, a shell under --mn forking
+	 * a pipeline). The state it guards is the parent's connection, which the child replaces
+	 * at its first claim (dpid). */
+	__atomic_store_n(&inst.dmu, 0, __ATOMIC_RELAXED);
 }
 
 static void atfork_once(void)

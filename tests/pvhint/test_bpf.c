@@ -672,6 +672,47 @@ static void *slot_thread(void *p)
 	return NULL;
 }
 
+/* Threads that claim slots through the daemon, one after another, until claim_stop. */
+static volatile int claim_stop;
+static void *claimer_main(void *p)
+{
+	(void)p;
+	while (!claim_stop) {
+		pthread_t t;
+		int s;
+		CHECK(!pthread_create(&t, NULL, slot_thread, &s));
+		CHECK(!pthread_join(t, NULL));
+	}
+	return NULL;
+}
+
+/* fork() while other threads claim slots through the daemon (each claim holds the client's
+ * lock across a round trip): the child's own first claim must not wait for a lock that a
+ * parent thread held at the fork (a shell under --mn hung so, forking a pipeline). */
+static void fork_while_claiming(void)
+{
+	pthread_t c;
+	CHECK(!pthread_create(&c, NULL, claimer_main, NULL));
+	int forks = 0;
+	for (uint64_t t0 = os_now_ns(); forks < 200 && os_now_ns() - t0 < 3000000000ull; forks++) {
+		pid_t pid = fork();
+		CHECK(pid >= 0);
+		if (pid == 0) {
+			alarm(10);
+			_exit(pvhint_self_vcpu() > 0 ? 0 : 3);
+		}
+		int st;
+		CHECK_EQ(waitpid(pid, &st, 0), pid);
+		if (!WIFEXITED(st) || WEXITSTATUS(st))
+			printf("fork child: %s %d\n", WIFEXITED(st) ? "exit" : "signal",
+			       WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
+		CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	}
+	claim_stop = 1;
+	CHECK(!pthread_join(c, NULL));
+	printf("daemon client: %d forks while claiming, every child claimed its slot\n", forks);
+}
+
 /* Run as nobody or root (exec'd by daemon_test()): use the source through the daemon. */
 static int daemon_client(void)
 {
@@ -710,6 +751,7 @@ static int daemon_client(void)
 	CHECK_EQ(rep[0], -ESRCH);
 	close(fd);
 	printf("daemon client: slots %d %d %d; foreign claim refused\n", s[0], s[1], s[2]);
+	fork_while_claiming();
 	pvhint_close(u);
 	return 0;
 }

@@ -546,7 +546,9 @@ static void *sysmon_main(void *arg)
 				continue;
 			waiting = true;
 			if (rt_state.handoff && stuck >= rt_state.handoff &&
-			    !pvhint_vcpu_preempted(rt_state.hint, w->vcpu) &&
+			    /* Relaxed: take() moves it (thread slots); a stale one costs a tick. */
+			    !pvhint_vcpu_preempted(rt_state.hint,
+						   __atomic_load_n(&w->vcpu, __ATOMIC_RELAXED)) &&
 			    try_handoff(w, m, sw)) {
 				acted = true;
 				continue;

@@ -673,11 +673,11 @@ static void *slot_thread(void *p)
 }
 
 /* Threads that claim slots through the daemon, one after another, until claim_stop. */
-static volatile int claim_stop;
+static int claim_stop; /* atomic */
 static void *claimer_main(void *p)
 {
 	(void)p;
-	while (!claim_stop) {
+	while (!__atomic_load_n(&claim_stop, __ATOMIC_RELAXED)) {
 		pthread_t t;
 		int s;
 		CHECK(!pthread_create(&t, NULL, slot_thread, &s));
@@ -708,7 +708,7 @@ static void fork_while_claiming(void)
 			       WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
 		CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 	}
-	claim_stop = 1;
+	__atomic_store_n(&claim_stop, 1, __ATOMIC_RELAXED);
 	CHECK(!pthread_join(c, NULL));
 	printf("daemon client: %d forks while claiming, every child claimed its slot\n", forks);
 }

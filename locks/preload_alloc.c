@@ -48,6 +48,15 @@ static unsigned class_of(size_t size)
 	return c;
 }
 
+/* The size an object of (size, flags) gets: at least its alignment (jemalloc's flags: bits 0-5
+ * lg(alignment)), so that mallocx and sdallocx agree on its class. An object is aligned to its
+ * class size up to a page (slabs are page-aligned), a mapping to a page. */
+static size_t obj_size(size_t size, int flags)
+{
+	size_t align = (size_t)1 << ((unsigned)flags & 0x3f);
+	return size < align ? align : size;
+}
+
 static void *map(size_t size)
 {
 	void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -71,14 +80,9 @@ static void *slab_refill(unsigned c)
 
 void *mallocx(size_t size, int flags)
 {
-	/* jemalloc's flag layout: bits 0-5 lg(alignment) (0: default), MALLOCX_ZERO. An object
-	 * is aligned to its class size up to a page (slabs are page-aligned), a mapping to a
-	 * page: asking for an alignment up to a page is asking for at least that class. */
-	size_t lg = (size_t)flags & 0x3f;
-	if (lg > 12)
-		return NULL; /* no caller asks for more than a page */
-	if (size < ((size_t)1 << lg))
-		size = (size_t)1 << lg;
+	if (((unsigned)flags & 0x3f) > 12)
+		return NULL; /* no caller asks for more than a page's alignment */
+	size = obj_size(size, flags);
 	if (size > SLAB_MAX)
 		return map(size); /* zeroed by the kernel */
 	void *p;
@@ -101,9 +105,7 @@ void sdallocx(void *p, size_t size, int flags)
 {
 	if (!p)
 		return;
-	size_t lg = (size_t)flags & 0x3f;
-	if (size < ((size_t)1 << lg))
-		size = (size_t)1 << lg; /* the class mallocx took it from */
+	size = obj_size(size, flags); /* the class mallocx took it from */
 	if (size > SLAB_MAX) {
 		munmap(p, size);
 		return;

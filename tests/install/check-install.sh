@@ -22,8 +22,8 @@ prefix=$work/prefix
 env -u LD_LIBRARY_PATH "$prefix/bin/pvrt-run" -- true
 out=$(env -u LD_LIBRARY_PATH "$prefix/bin/pvrt-run" --hints=none --stats -- \
 	"$prefix/bin/pvhint-top" --once --json --interval 0.05 2>&1)
-echo "$out" | grep -q '"source":"none"' || { echo "installed pvrt-run + pvhint-top: $out"; exit 1; }
-echo "$out" | grep -q '^mutex' || { echo "the preloaded program wrote no statistics: $out"; exit 1; }
+grep -q '"source":"none"' <<<"$out" || { echo "installed pvrt-run + pvhint-top: $out"; exit 1; }
+grep -q '^mutex' <<<"$out" || { echo "the preloaded program wrote no statistics: $out"; exit 1; }
 env -u LD_LIBRARY_PATH PVRT_HINTS=emu PVRT_EMU=vcpus=2,pcpus=1 "$prefix/bin/pvhint-top" --once \
 	--json --interval 0.1 | grep -q '"source":"emu"'
 preload=$(find "$prefix" -name 'libpvrt-preload.so' | head -1)

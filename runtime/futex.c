@@ -10,10 +10,18 @@
  * itself while holding the lock; a waker first changes *addr (its own business, before calling
  * rt_futex_wake), then takes the lock to dequeue waiters. Either the waker's lock section
  * comes first, so its store to *addr happened before our comparison and we return -EAGAIN, or
- * ours does, so the waker finds us queued. A ULT keeps holding the bucket lock until it has
- * switched away (the lock is released by the next context as the switch's post action), so a
- * waker can never make it ready while it still runs on its stack. A foreign thread instead waits
- * in the kernel on a word of its own record; the waker sets that word and wakes it.
+ * ours does, so the waker finds us queued. A foreign thread instead waits in the kernel on a word
+ * of its own record; the waker sets that word and wakes it.
+ *
+ * A queued ULT still runs on its stack until its switch away is done, so no waker may make it
+ * ready before. It does not hold the bucket lock across the switch (a switch can take a system
+ * call: the thread pointer with per-ULT TLS and no FSGSBASE, 3-5 us on a PVM guest, and every
+ * waiter and waker of the bucket's addresses would spin behind it). Instead it queues itself as
+ * ULT_PARKING, drops the lock and switches; the switch's post action, once the context is saved,
+ * moves PARKING to BLOCKED. A waker (or the timer) that dequeues it moves PARKING to WOKEN and
+ * leaves the rest to that post action, which then finds WOKEN and makes it ready; one that finds
+ * BLOCKED makes it ready itself. Both moves are compare-and-swaps on the state, so exactly one
+ * side readies it.
  *
  * Timeouts. A ULT's deadline is a timer of its worker (timer.c), added before the bucket lock
  * is taken, because timers fire under the heap lock and then take the bucket lock (the lock
@@ -108,6 +116,16 @@ static uint64_t ts_ns(const struct timespec *ts)
 	return (uint64_t)ts->tv_sec * 1000000000ull + (uint64_t)ts->tv_nsec;
 }
 
+/* Make a dequeued ULT waiter ready, or leave that to its post_parked when it is still switching
+ * away. Acq_rel: the waiter, readied by either side, sees what the waker did before. */
+static void ready_waiter(struct pvrt_ult *u)
+{
+	uint32_t s = ULT_PARKING;
+	if (!__atomic_compare_exchange_n(&u->state, &s, ULT_WOKEN, 0, __ATOMIC_ACQ_REL,
+					 __ATOMIC_ACQUIRE))
+		rt_ult_ready(u);
+}
+
 /* Runs on the timer's worker, under its heap lock (see the file comment). */
 static void waiter_timeout(struct rt_timer *t)
 {
@@ -124,18 +142,58 @@ static void waiter_timeout(struct rt_timer *t)
 	/* If not mine, a waker dequeued it and readies it; the record stays valid until the
 	 * ULT's timer_cancel gets the heap lock we hold. */
 	if (mine)
-		rt_ult_ready(u);
+		ready_waiter(u);
 }
 
-static void post_unlock(struct rt_worker *w, void *lock)
+/* The post action of a ULT's futex wait: its context is saved now (see the file comment). */
+static void post_parked(struct rt_worker *w, void *arg)
 {
-	(void)w;
-	rt_lock_release(lock);
+	struct pvrt_ult *u = arg;
+	uint32_t s = ULT_PARKING;
+	/* Acquire on failure: the waker's writes (before its WOKEN) go with the ready below. */
+	if (!__atomic_compare_exchange_n(&u->state, &s, ULT_BLOCKED, 0, __ATOMIC_ACQ_REL,
+					 __ATOMIC_ACQUIRE))
+		rt_ult_ready_from(w, u);
+}
+
+/*
+ * The worker has nothing else to run: wait for the word in place, for up to the worker's halt-poll
+ * window (capped), as its idle loop would poll anyway. Blocking instead goes to the scheduler
+ * context and back: two switches, and with per-ULT TLS two thread-pointer loads, each a system
+ * call where the CPU lacks FSGSBASE. Stops at once when work appears (local, injected or on
+ * another worker's ring), a timer of this worker falls due, or a cancel is asked; true when the
+ * word changed. Idle costs nothing more: the window is 0 once idle periods run long, and when
+ * the worker's vCPU lost time to the host (worker.c, idle).
+ */
+#define ULT_SPIN_MAX_NS 50000ull
+static bool ult_spin(struct rt_worker *w, struct pvrt_ult *self, const uint32_t *addr,
+		     uint32_t expected, bool cancellable)
+{
+	uint64_t budget = w->poll_ns < ULT_SPIN_MAX_NS ? w->poll_ns : ULT_SPIN_MAX_NS;
+	if (!budget || rt_has_work(w))
+		return false;
+	uint64_t t0 = os_now_ns(), now = t0;
+	for (unsigned i = 1; now - t0 < budget; i++) {
+		os_cpu_relax();
+		/* Acquire: as after a wake-up, the waker's writes before its store are visible. */
+		if (__atomic_load_n(addr, __ATOMIC_ACQUIRE) != expected)
+			return true;
+		if (i % 32)
+			continue;
+		now = os_now_ns();
+		if (rt_has_work(w) || rt_timers_due(w, now) ||
+		    (cancellable && __atomic_load_n(&self->cancel, __ATOMIC_RELAXED)))
+			break;
+	}
+	return false;
 }
 
 static int ult_wait(struct pvrt_ult *self, uint32_t *addr, uint32_t expected, clockid_t clk,
 		    const struct timespec *abstime, bool cancellable)
 {
+	/* Timed waits do not spin: their deadline may fall inside the spin. */
+	if (!abstime && ult_spin(rt_tls_worker, self, addr, expected, cancellable))
+		return -EAGAIN;
 	struct waiter wr = {.addr = addr, .ult = self};
 	struct bucket *b = bucket_of(addr);
 	if (abstime && ts_ns(abstime) == UINT64_MAX)
@@ -174,7 +232,7 @@ static int ult_wait(struct pvrt_ult *self, uint32_t *addr, uint32_t expected, cl
 	enqueue(b, &wr);
 	/* Seq_cst, then the cancel word: pthread_cancel (mn.c) sets the word, then reads
 	 * wait_addr and wakes it. Either it sees our address, and its wake (which needs the
-	 * bucket lock we hold until we have switched away) finds us queued, or we see its word. */
+	 * bucket lock we hold) finds us queued, or we see its word. */
 	__atomic_store_n(&self->wait_addr, addr, __ATOMIC_SEQ_CST);
 	if (cancellable && __atomic_load_n(&self->cancel, __ATOMIC_SEQ_CST)) {
 		dequeue(b, &wr);
@@ -184,9 +242,9 @@ static int ult_wait(struct pvrt_ult *self, uint32_t *addr, uint32_t expected, cl
 			rt_timer_cancel(&wr.timer);
 		return -ECANCELED;
 	}
-	__atomic_store_n(&self->state, ULT_BLOCKED, __ATOMIC_RELAXED);
-	/* Switch away still holding the bucket lock; the next context releases it. */
-	rt_ult_block(post_unlock, &b->lock);
+	__atomic_store_n(&self->state, ULT_PARKING, __ATOMIC_RELAXED);
+	rt_lock_release(&b->lock);
+	rt_ult_block(post_parked, self);
 	__atomic_store_n(&self->wait_addr, NULL, __ATOMIC_RELAXED);
 	if (abstime)
 		rt_timer_cancel(&wr.timer); /* waits out a timer firing concurrently */
@@ -260,7 +318,7 @@ int rt_futex_wait_cancel(uint32_t *addr, uint32_t expected, clockid_t clk,
 static void wake_one(struct waiter *wr)
 {
 	if (wr->ult) {
-		rt_ult_ready(wr->ult);
+		ready_waiter(wr->ult);
 	} else {
 		uint32_t *word = &wr->word;
 		/* Release: the waiter sees what we did before waking it. After this store the

@@ -64,6 +64,8 @@ enum rt_ult_state {
 	ULT_READY_INJ, /* in an injection queue: only its dequeuer runs it */
 	ULT_BLOCKED,   /* waiting; only its waker makes it ready */
 	ULT_DONE,      /* exited */
+	ULT_PARKING,   /* a futex waiter still switching away (futex.c): its waker marks it */
+	ULT_WOKEN,     /* ... WOKEN, and the switch's post action makes it ready */
 };
 
 #define ULT_F_PRIMARY  1u
@@ -550,8 +552,9 @@ static inline __attribute__((always_inline)) void rt_queue_local(struct rt_worke
 }
 
 /* ---- ult.c: switching, life cycle ---- */
-/* Block the calling ULT (its state already set to BLOCKED by the caller); post(w, arg) runs in
- * the next context once this one is suspended (e.g., to release the lock its waker needs). */
+/* Block the calling ULT (its state already set to BLOCKED, or PARKING: futex.c, by the caller);
+ * post(w, arg) runs in the next context once this one is suspended (e.g., to release the lock its
+ * waker needs). */
 void rt_ult_block(void (*post)(struct rt_worker *, void *), void *arg) PVRT_HIDDEN;
 void rt_switch(struct rt_worker *w, struct rt_ctxrec *from, struct pvrt_ult *to,
 	       void (*post)(struct rt_worker *, void *), void *arg) PVRT_HIDDEN;

@@ -6,8 +6,10 @@
  *   preempted  switched out while runnable (prev_state TASK_RUNNING, or preempted), cleared
  *              when it runs;
  *   sleeping   switched out not runnable, cleared at its wake-up;
- *   steal      += runnable-but-waiting time (wake-up or preemption to switch-in), under the
- *              record's version counter;
+ *   steal      its run-queue wait (wake-up or preemption to switch-in), summed: the kernel's
+ *              own sched_info.run_delay, copied at each switch-in under the record's version
+ *              counter (no clock read of ours: a ktime read costs ~95 ns on a PVM guest, most
+ *              of the program's cost);
  *   is_idle    the CPU it last ran on (or was moved to) runs its idle task now.
  * Threads register from user space (tid -> slot in tid_slot); sched_process_exit frees the slot.
  *
@@ -289,8 +291,30 @@ static __always_inline void switch_out(struct pvhint_bpf_cpu *c, __u32 s, int ti
 	r->preempted = runnable ? PVHINT_PREEMPTED : 0;
 }
 
+/* The kernel keeps every task's run-queue wait (sched_info) unless built without
+ * CONFIG_SCHED_INFO: then the program times the waits itself (wait_start, a clock read at every
+ * switch and wake-up of a registered thread). */
+#define HAVE_SCHED_INFO bpf_core_field_exists(((struct task_struct *)0)->sched_info.last_queued)
+
+/* next's run_delay including the wait that ends now: sched_info_arrive() adds it only after this
+ * tracepoint, from rq->clock, which __schedule() updated before picking next. */
+static __always_inline __u64 run_delay_now(struct task_struct *next)
+{
+	__u64 rd = next->sched_info.run_delay, q = next->sched_info.last_queued;
+
+	if (q && bpf_core_field_exists(next->se.cfs_rq)) {
+		struct cfs_rq *cr = next->se.cfs_rq;
+		struct rq *rq = cr ? cr->rq : NULL;
+		__u64 now = rq ? rq->clock : 0;
+		if (now > q)
+			rd += now - q;
+	}
+	return rd;
+}
+
 /* Thread 'tid' (slot s) runs on CPU 'cpu'. */
-static __always_inline void switch_in(__u32 s, int tid, __u32 cpu, __u64 now)
+static __always_inline void switch_in(__u32 s, int tid, __u32 cpu, __u64 now,
+				      struct task_struct *next)
 {
 	struct pvhint_record *r = rec_of(s);
 	struct pvhint_bpf_slot *p = priv_of(r);
@@ -303,7 +327,10 @@ static __always_inline void switch_in(__u32 s, int tid, __u32 cpu, __u64 now)
 	p->cpu1 = 0;
 	/* Every switch-in moves the version (by 2), with or without steal to add: a reader that
 	 * sees the same version across a window knows the thread did not start running in it. */
-	write_steal(r, 1, p->wait_start && now > p->wait_start ? now - p->wait_start : 0);
+	if (HAVE_SCHED_INFO)
+		write_steal(r, 0, run_delay_now(next));
+	else
+		write_steal(r, 1, p->wait_start && now > p->wait_start ? now - p->wait_start : 0);
 	p->wait_start = 0;
 	r->preempted = 0;
 	r->sleeping = 0;
@@ -387,9 +414,8 @@ int BPF_PROG(pvhint_switch, _Bool preempt, struct task_struct *prev, struct task
 	struct pvhint_bpf_cpu *c = bpf_map_lookup_elem(&cpus, &cpu);
 	int ptid = prev->pid, ntid = next->pid;
 	__u32 idle = ntid == 0, ps = slot_of(ptid), ns = slot_of(ntid);
-	/* The clock only for a registered thread or vCPU mode: most switches on the machine are
-	 * of other tasks, and each would pay a clock read (~20 ns here) for nothing. */
-	__u64 now = ps || ns || off_st ? bpf_ktime_get_ns() : 0;
+	/* The clock only for vCPU mode, or to time waits without sched_info. */
+	__u64 now = off_st || ((ps || ns) && !HAVE_SCHED_INFO) ? bpf_ktime_get_ns() : 0;
 
 	if (!c)
 		return 0;
@@ -401,7 +427,7 @@ int BPF_PROG(pvhint_switch, _Bool preempt, struct task_struct *prev, struct task
 		switch_out(c, ps, ptid, cpu, runnable, idle, now);
 	}
 	if (ns)
-		switch_in(ns, ntid, cpu, now);
+		switch_in(ns, ntid, cpu, now, next);
 	if (c->idle != idle) {
 		c->idle = idle;
 		walk_cpu(cpu, idle);
@@ -417,7 +443,7 @@ static __always_inline int on_wakeup(struct task_struct *p)
 
 	if (!slot_state(p->pid, &ps, &r) || ps->running)
 		return 0;
-	if (!ps->wait_start)
+	if (!HAVE_SCHED_INFO && !ps->wait_start)
 		ps->wait_start = bpf_ktime_get_ns();
 	/* Stored only when changed: other CPUs read the record, each store costs them a miss. */
 	__u8 idle = (__u8)cpu_idle(task_cpu(p));

@@ -16,6 +16,7 @@ struct thread_info {
  * i.e. &per_cpu(runqueues, cpu). */
 struct rq {
 	int cpu;
+	unsigned long long clock; /* rq_clock(): updated by __schedule() before it picks */
 } __attribute__((preserve_access_index));
 
 struct cfs_rq {
@@ -34,8 +35,16 @@ struct kvm_steal_time {
 	unsigned char preempted;
 };
 
+/* CONFIG_SCHED_INFO (Debian: yes): the run-queue wait the kernel keeps per task, what
+ * /proc/<tid>/schedstat shows. */
+struct sched_info {
+	unsigned long long run_delay;	/* waited on a run queue, ns, summed */
+	unsigned long long last_queued; /* when the current wait began (rq clock); 0: not waiting */
+} __attribute__((preserve_access_index));
+
 struct task_struct {
 	struct thread_info thread_info;
+	struct sched_info sched_info;
 	struct sched_entity se;
 	unsigned int __state; /* 5.14+ (was 'state'); TASK_RUNNING == 0 */
 	int pid;	      /* the kernel's thread id */

@@ -190,6 +190,13 @@ void rt_ult_block(void (*post)(struct rt_worker *, void *), void *arg)
 	uint64_t armed = __atomic_load_n(&w->armed, __ATOMIC_RELAXED);
 	if (likely(armed == UINT64_MAX) || (++w->tick & 63) || !rt_timers_due(w, os_now_ns()))
 		next = rt_local_next(w);
+	/* Nothing here: steal before leaving for the scheduler context, which would steal the same
+	 * ULT after one more switch. With per-ULT TLS every context entered loads its thread
+	 * pointer (a system call where the CPU lacks FSGSBASE, 3-5 us on a PVM guest): through the
+	 * scheduler that is two. (Neither caller, futex.c's wait and set_worker, holds a lock
+	 * here: stealing may take another worker's injection-queue lock.) */
+	if (!next && rt_state.nw > 1)
+		next = rt_steal(w);
 	switch_ctx(w, &self->ctx, next, post, arg, 0);
 }
 

@@ -162,8 +162,8 @@ static void post_parked(struct rt_worker *w, void *arg)
  * context and back: two switches, and with per-ULT TLS two thread-pointer loads, each a system
  * call where the CPU lacks FSGSBASE. Stops at once when work appears (local, injected or on
  * another worker's ring), a timer of this worker falls due, or a cancel is asked; true when the
- * word changed. Idle costs nothing more: the window is 0 once idle periods run long, and when
- * the worker's vCPU lost time to the host (worker.c, idle).
+ * word changed. Idle costs nothing more: the window is 0 once idle periods run long (worker.c,
+ * idle). (Unlike the idle loop's poll, it does not check for a vCPU that lost time to the host.)
  */
 #define ULT_SPIN_MAX_NS 50000ull
 static bool ult_spin(struct rt_worker *w, struct pvrt_ult *self, const uint32_t *addr,

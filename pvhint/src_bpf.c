@@ -57,15 +57,16 @@ PVRT_API int pvhint_slot_mode;
 #include <sys/un.h>
 
 /* The daemon's protocol (SOCK_SEQPACKET: one message per request and reply). */
-enum { DMSG_HELLO = 1, DMSG_CLAIM = 2 };
+enum { DMSG_HELLO = 1, DMSG_CLAIM = 2, DMSG_VCPU = 3 };
 struct dreq {
 	uint32_t op;
 	uint32_t tid; /* DMSG_CLAIM: the thread to claim a slot for */
 };
 struct drep {
-	int32_t status;	    /* 0, the slot (DMSG_CLAIM), or a negative errno */
-	uint32_t len, vlen; /* DMSG_HELLO: the page maps' mapping lengths (vlen 0: no vCPU page) */
-	char why[120];	    /* vCPU page missing: why */
+	int32_t status; /* 0, the slot (DMSG_CLAIM), or a negative errno */
+	uint32_t len;	/* DMSG_HELLO: the thread page's mapping length */
+	uint32_t vlen;	/* DMSG_VCPU: the vCPU page's (0: none) */
+	char why[120];	/* DMSG_VCPU: no vCPU page: why */
 };
 
 static struct {
@@ -74,9 +75,10 @@ static struct {
 	int page_fd, tid_fd, owner_fd;
 	uint64_t *dm; /* tid_dm, mapped writable (PVHINT_BPF_DM) */
 	size_t len;
-	int vpage_fd; /* vCPU mode's page, -1 when the kernel has no per-CPU steal_time */
+	int vpage_fd; /* vCPU mode's page; -1: not asked for yet (vwhy empty) or none (vwhy) */
 	size_t vlen;
 	char vwhy[120];	 /* why there is no vCPU mode */
+	unsigned vopen;	 /* open vCPU-mode handles (a loaded program: its vcpu_users) */
 	unsigned nopen;	 /* open bpf handles: pvhint_slot_mode while > 0 */
 	uint32_t cursor; /* next slot to try */
 	char log[160];	 /* libbpf's first warning during the load */
@@ -329,9 +331,9 @@ static int daemon_call(int fd, const struct dreq *q, struct drep *r, int fds[2])
 
 /*
  * vCPU mode on a program loaded here: give it the per-CPU offsets (inst.mu held). Done at the
- * first vCPU-mode open, not at the load: it parses the kernel's BTF again (libbpf's parse for
- * CO-RE is not shared), 20-60 ms on this machine kind, which thread mode does not need.
- * pvhintd's clients get the daemon's page, enabled by the daemon.
+ * first vCPU-mode open (pvhintd: the first client that asks), not at the load: it parses the
+ * kernel's BTF again (libbpf's parse for CO-RE is not shared), 20-60 ms on this machine kind,
+ * which thread mode does not need. The refresh itself runs only while vcpu_users > 0.
  */
 static int vcpu_enable(void)
 {
@@ -400,50 +402,123 @@ static int daemon_attach(char *why, size_t n)
 	int err = daemon_call(fd, &q, &r, fds);
 	if (!err && r.status)
 		err = r.status;
-	if (!err && (fds[0] < 0 || (r.vlen && fds[1] < 0)))
+	if (!err && fds[0] < 0)
 		err = -EPROTO;
 	if (err)
 		snprintf(why, n, "pvhintd at %s: %s", daemon_path(), strerror(-err));
-	else if (!(err = daemon_page_check(fds[0], r.len, false, why, n)) && r.vlen)
-		err = daemon_page_check(fds[1], r.vlen, true, why, n);
+	else
+		err = daemon_page_check(fds[0], r.len, false, why, n);
+	if (fds[1] >= 0)
+		close(fds[1]); /* not sent by this protocol: refused */
 	if (err) {
-		for (int i = 0; i < 2; i++)
-			if (fds[i] >= 0)
-				close(fds[i]);
+		if (fds[0] >= 0)
+			close(fds[0]);
 		close(fd);
 		return err;
 	}
 	inst.page_fd = fds[0];
 	inst.len = r.len;
-	inst.vpage_fd = r.vlen ? fds[1] : -1;
-	inst.vlen = r.vlen;
-	r.why[sizeof(r.why) - 1] = 0;
-	snprintf(inst.vwhy, sizeof(inst.vwhy), "%s", r.vlen ? "" : r.why);
+	inst.vpage_fd = -1; /* asked for at the first vCPU-mode open (daemon_vcpu) */
+	inst.vwhy[0] = 0;
 	inst.dfd = fd;
 	inst.dpid = getpid();
 	__atomic_store_n(&inst.ready, true, __ATOMIC_RELEASE);
 	return 0;
 }
 
+/* This process's connection to pvhintd (inst.dmu held): a fork child makes its own, the
+ * parent's is the parent's. A child that uses the vCPU page asks for it again on its own
+ * connection, so that the daemon keeps refreshing it after the parent has gone. */
+static int daemon_fd(void)
+{
+	if (inst.dpid != getpid()) {
+		close(inst.dfd);
+		inst.dfd = daemon_connect();
+		inst.dpid = getpid();
+		if (inst.dfd >= 0 && inst.vpage_fd >= 0) {
+			struct dreq q = {.op = DMSG_VCPU};
+			struct drep r;
+			int fds[2];
+			if (!daemon_call(inst.dfd, &q, &r, fds))
+				for (int i = 0; i < 2; i++)
+					if (fds[i] >= 0)
+						close(fds[i]); /* the page we map already */
+		}
+	}
+	return inst.dfd;
+}
+
 /* A slot for tid through pvhintd. */
 static int daemon_claim(uint32_t tid)
 {
 	os_lock(&inst.dmu, 0);
-	if (inst.dpid != getpid()) { /* a fork child: the parent's connection is the parent's */
-		close(inst.dfd);
-		inst.dfd = daemon_connect();
-		inst.dpid = getpid();
-	}
-	int r = inst.dfd;
+	int r = daemon_fd();
 	if (r >= 0) {
 		struct dreq q = {.op = DMSG_CLAIM, .tid = tid};
 		struct drep rep;
-		r = daemon_call(inst.dfd, &q, &rep, NULL);
+		r = daemon_call(r, &q, &rep, NULL);
 		if (!r)
 			r = rep.status;
 	}
 	os_unlock(&inst.dmu);
 	return r;
+}
+
+/* The vCPU page from pvhintd (inst.mu held), once: sets vpage_fd, or vwhy. The daemon counts
+ * this connection as a user of the page until it closes (the process exits). */
+static void daemon_vcpu(void)
+{
+	struct dreq q = {.op = DMSG_VCPU};
+	struct drep r;
+	int fds[2] = {-1, -1};
+	os_lock(&inst.dmu, 0);
+	int fd = daemon_fd();
+	int err = fd < 0 ? fd : daemon_call(fd, &q, &r, fds);
+	os_unlock(&inst.dmu);
+	if (!err && r.status) {
+		r.why[sizeof(r.why) - 1] = 0;
+		/* The daemon's reason as it gave it (it names the daemon's kernel's limits). */
+		snprintf(inst.vwhy, sizeof(inst.vwhy), "%.*s", (int)sizeof(inst.vwhy) - 1,
+			 r.why[0] ? r.why : strerror(-r.status));
+	} else if (!err && (fds[0] < 0 || !r.vlen)) {
+		err = -EPROTO;
+	} else if (!err) {
+		err = daemon_page_check(fds[0], r.vlen, true, inst.vwhy, sizeof(inst.vwhy));
+		if (!err) {
+			inst.vpage_fd = fds[0];
+			inst.vlen = r.vlen;
+			fds[0] = -1;
+		}
+	}
+	if (err && !inst.vwhy[0])
+		snprintf(inst.vwhy, sizeof(inst.vwhy), "pvhintd at %s: %s", daemon_path(),
+			 strerror(-err));
+	for (int i = 0; i < 2; i++)
+		if (fds[i] >= 0)
+			close(fds[i]);
+}
+
+/* A vCPU-mode handle opens (inst.mu held): the page, and the refresh on while it is open. */
+static int vcpu_acquire(void)
+{
+	if (inst.skel)
+		vcpu_enable();
+	else if (inst.vpage_fd < 0 && !inst.vwhy[0])
+		daemon_vcpu();
+	if (inst.vpage_fd < 0)
+		return pvhint__fail(-ENOTSUP, "bpf vcpu mode: %s", inst.vwhy);
+	/* A count, not a flag: pvhintd's clients add to it too. Relaxed: the program only needs
+	 * to see it change eventually (vcpu_check waits for the first refresh). */
+	if (inst.vopen++ == 0 && inst.skel)
+		__atomic_fetch_add(&inst.skel->bss->vcpu_users, 1, __ATOMIC_RELAXED);
+	return 0;
+}
+
+/* ... and closes (inst.mu held). pvhintd's count goes with the connection. */
+static void vcpu_release(void)
+{
+	if (--inst.vopen == 0 && inst.skel)
+		__atomic_fetch_sub(&inst.skel->bss->vcpu_users, 1, __ATOMIC_RELAXED);
 }
 
 static void atfork_child(void)
@@ -509,9 +584,7 @@ int pvhint__bpf_open(struct pvhint_impl *im, bool vcpu)
 		}
 	}
 	if (!err && vcpu)
-		vcpu_enable();
-	if (!err && vcpu && inst.vpage_fd < 0)
-		err = pvhint__fail(-ENOTSUP, "bpf vcpu mode: %s", inst.vwhy);
+		err = vcpu_acquire();
 	if (!err) {
 		size_t len = vcpu ? inst.vlen : inst.len;
 		void *p =
@@ -530,6 +603,8 @@ int pvhint__bpf_open(struct pvhint_impl *im, bool vcpu)
 			if (!vcpu && inst.nopen++ == 0)
 				__atomic_store_n(&pvhint_slot_mode, 1, __ATOMIC_RELEASE);
 		}
+		if (err && vcpu)
+			vcpu_release();
 	}
 	pthread_mutex_unlock(&inst.mu);
 	return err;
@@ -537,11 +612,12 @@ int pvhint__bpf_open(struct pvhint_impl *im, bool vcpu)
 
 void pvhint__bpf_close(struct pvhint_impl *im)
 {
-	if (!im->bpf_slots)
-		return;
 	pthread_mutex_lock(&inst.mu);
-	/* The program stays loaded (see the top): only the slot answers stop. */
-	if (--inst.nopen == 0)
+	/* The program stays loaded (see the top): only the slot answers stop, and the vCPU page's
+	 * refresh when its last handle closes. */
+	if (!im->bpf_slots)
+		vcpu_release();
+	else if (--inst.nopen == 0)
 		__atomic_store_n(&pvhint_slot_mode, 0, __ATOMIC_RELAXED);
 	pthread_mutex_unlock(&inst.mu);
 }
@@ -620,20 +696,35 @@ static bool thread_of(pid_t pid, uint32_t tid)
 	return tid && access(p, F_OK) == 0;
 }
 
-static void serve_one(int fd)
+/* One request on connection fd; *vuser: the connection uses the vCPU page (counted once). */
+static void serve_one(int fd, bool *vuser)
 {
 	struct dreq q;
 	ssize_t n = recv(fd, &q, sizeof(q), 0);
 	if (n != (ssize_t)sizeof(q))
 		return;
 	struct drep r = {0};
-	int fds[2] = {inst.page_fd, inst.vpage_fd};
+	int fds[1] = {inst.page_fd};
 	int nfd = 0;
 	if (q.op == DMSG_HELLO) {
 		r.len = (uint32_t)inst.len;
-		r.vlen = inst.vpage_fd >= 0 ? (uint32_t)inst.vlen : 0;
-		snprintf(r.why, sizeof(r.why), "%s", inst.vwhy);
-		nfd = inst.vpage_fd >= 0 ? 2 : 1;
+		nfd = 1;
+	} else if (q.op == DMSG_VCPU) {
+		pthread_mutex_lock(&inst.mu);
+		vcpu_enable();
+		if (inst.vpage_fd < 0) {
+			r.status = -ENOTSUP;
+			snprintf(r.why, sizeof(r.why), "%s", inst.vwhy);
+		} else {
+			r.vlen = (uint32_t)inst.vlen;
+			fds[0] = inst.vpage_fd;
+			nfd = 1;
+			if (!*vuser)
+				__atomic_fetch_add(&inst.skel->bss->vcpu_users, 1,
+						   __ATOMIC_RELAXED);
+			*vuser = true;
+		}
+		pthread_mutex_unlock(&inst.mu);
 	} else if (q.op == DMSG_CLAIM) {
 		struct ucred cr;
 		socklen_t cl = sizeof(cr);
@@ -647,7 +738,7 @@ static void serve_one(int fd)
 		r.status = -EINVAL;
 	}
 	union {
-		char buf[CMSG_SPACE(2 * sizeof(int))];
+		char buf[CMSG_SPACE(sizeof(int))];
 		struct cmsghdr align;
 	} c;
 	struct iovec iov = {&r, sizeof(r)};
@@ -671,12 +762,11 @@ int pvhint_bpf_serve(int listen_fd, volatile int *stop)
 {
 	pthread_mutex_lock(&inst.mu);
 	int err = inst.skel ? 0 : load();
-	if (!err)
-		vcpu_enable(); /* the clients' vCPU page; without it they get the reason */
 	pthread_mutex_unlock(&inst.mu);
 	if (err)
 		return err;
 	static struct pollfd pf[SERVE_MAX + 1];
+	static bool vuser[SERVE_MAX + 1]; /* pf[i]'s client uses the vCPU page */
 	nfds_t n = 1;
 	pf[0] = (struct pollfd){.fd = listen_fd, .events = POLLIN};
 	for (;;) {
@@ -691,24 +781,33 @@ int pvhint_bpf_serve(int listen_fd, volatile int *stop)
 		}
 		for (nfds_t i = n; i-- > 1;) {
 			if (pf[i].revents & POLLIN)
-				serve_one(pf[i].fd);
+				serve_one(pf[i].fd, &vuser[i]);
 			else if (!(pf[i].revents & (POLLHUP | POLLERR)))
 				continue;
 			if (pf[i].revents & (POLLHUP | POLLERR)) {
 				close(pf[i].fd);
-				pf[i] = pf[--n];
+				if (vuser[i])
+					__atomic_fetch_sub(&inst.skel->bss->vcpu_users, 1,
+							   __ATOMIC_RELAXED);
+				--n;
+				pf[i] = pf[n];
+				vuser[i] = vuser[n];
 			}
 		}
 		if (pf[0].revents & POLLIN) {
 			int c = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC);
-			if (c >= 0 && n <= SERVE_MAX)
+			if (c >= 0 && n <= SERVE_MAX) {
+				vuser[n] = false;
 				pf[n++] = (struct pollfd){.fd = c, .events = POLLIN};
-			else if (c >= 0)
+			} else if (c >= 0)
 				close(c); /* full: the client falls back to none */
 		}
 	}
-	for (nfds_t i = 1; i < n; i++)
+	for (nfds_t i = 1; i < n; i++) {
 		close(pf[i].fd);
+		if (vuser[i])
+			__atomic_fetch_sub(&inst.skel->bss->vcpu_users, 1, __ATOMIC_RELAXED);
+	}
 	return 0;
 }
 
@@ -740,6 +839,7 @@ int pvhint_bpf_stats(pvhint_t *h, struct pvhint_bpf_stats *out)
 	int err = cpu_counters(out);
 	if (err)
 		return err;
+	out->vcpu_users = __atomic_load_n(&inst.skel->bss->vcpu_users, __ATOMIC_RELAXED);
 	out->slots = 0;
 	for (uint32_t s = 1; s < pvhint_nr_used(h); s++)
 		out->slots += __atomic_load_n(&h->rec[s].owner, __ATOMIC_RELAXED) != 0;

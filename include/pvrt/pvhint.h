@@ -211,9 +211,12 @@ PVRT_API int pvhint_exec_prepare(void);
 
 /* Counters of the process's BPF program (totals since it was loaded). */
 struct pvhint_bpf_stats {
-	uint64_t switches; /* switch-outs of registered threads */
-	uint64_t missed;   /* switch-outs whose preceding switch-in the program did not see */
-	uint32_t slots;	   /* slots owned now */
+	uint64_t switches;   /* switch-outs of registered threads */
+	uint64_t missed;     /* switch-outs whose preceding switch-in the program did not see */
+	uint32_t slots;	     /* slots owned now */
+	uint32_t vcpu_users; /* users of the vCPU page (bpf vcpu mode), whose refresh runs only
+			      * while this is not 0: this process's open handles, pvhintd's
+			      * clients that asked for it */
 };
 /* -ENOTSUP unless h is a bpf handle whose program this process loaded (not pvhintd's).
  * Context: any. */

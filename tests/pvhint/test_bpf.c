@@ -563,17 +563,42 @@ static uint64_t proc_steal_ns(unsigned cpu)
 	return ns;
 }
 
+static uint32_t vcpu_users(void)
+{
+	struct pvhint_bpf_stats st;
+	CHECK(!pvhint_bpf_stats(h, &st));
+	return st.vcpu_users;
+}
+
+/* The vCPU page's records move (its refresh runs) within a while: its versions change. */
+static bool vpage_refreshed(pvhint_t *v)
+{
+	uint32_t before = __atomic_load_n(&v->rec[0].version, __ATOMIC_ACQUIRE);
+	for (int i = 0; i < 400; i++) {
+		test_sleep_us(5000);
+		if (__atomic_load_n(&v->rec[0].version, __ATOMIC_ACQUIRE) != before)
+			return true;
+	}
+	return false;
+}
+
 static void vcpu_mode(void)
 {
 	pvhint_t *v;
+	/* The refresh (a clock read at every context switch, machine-wide) is off until a vCPU
+	 * page is open, and off again once the last one closes. */
+	CHECK_EQ(vcpu_users(), 0);
 	setenv("PVRT_BPF", "vcpu", 1);
 	int err = pvhint_open(&(struct pvhint_options){.source = "bpf"}, &v);
 	unsetenv("PVRT_BPF");
 	if (err) {
 		printf("vcpu mode: unavailable here: %s\n", pvhint_errmsg());
 		CHECK_EQ(err, -ENOTSUP);
+		CHECK_EQ(vcpu_users(), 0);
 		return;
 	}
+	CHECK_EQ(vcpu_users(), 1);
+	CHECK(vpage_refreshed(v));
 	CHECK_EQ(pvhint_header(v)->kind, PVHINT_KIND_VCPU);
 	CHECK_EQ(pvhint_nr_vcpus(v), sysconf(_SC_NPROCESSORS_CONF));
 	test_sleep_us(100000);
@@ -586,6 +611,7 @@ static void vcpu_mode(void)
 			CHECK(r > p * 9 / 10 && r < p * 11 / 10 + 1000000000ull);
 	}
 	pvhint_close(v);
+	CHECK_EQ(vcpu_users(), 0);
 }
 
 /* ---- pvhintd: the source served to unprivileged processes ---- */
@@ -752,6 +778,20 @@ static int daemon_client(void)
 	close(fd);
 	printf("daemon client: slots %d %d %d; foreign claim refused\n", s[0], s[1], s[2]);
 	fork_while_claiming();
+	/* The vCPU page, asked for when first opened: the daemon turns its refresh on for us
+	 * (daemon_test checks that it is off again once we have gone). */
+	pvhint_t *v;
+	setenv("PVRT_BPF", "vcpu", 1);
+	err = pvhint_open(&(struct pvhint_options){.source = "bpf"}, &v);
+	unsetenv("PVRT_BPF");
+	printf("daemon client: vcpu mode: %d %s\n", err, err ? pvhint_errmsg() : "ok");
+	if (!err) {
+		CHECK_EQ(pvhint_header(v)->kind, PVHINT_KIND_VCPU);
+		CHECK(vpage_refreshed(v));
+		pvhint_close(v);
+	} else {
+		CHECK_EQ(err, -ENOTSUP);
+	}
 	pvhint_close(u);
 	return 0;
 }
@@ -874,6 +914,11 @@ static void daemon_test(const char *argv0)
 	/* Root too uses a daemon that is there rather than load a program of its own. */
 	run_as(argv0, "--daemon-client", 0, 0, sock);
 	run_as(argv0, "--daemon-outsider", 65533, 65533, sock);
+	/* The clients have gone: their vCPU page's refresh is off (the daemon sees the hang-up
+	 * within its poll period). */
+	for (int i = 0; i < 400 && vcpu_users(); i++)
+		test_sleep_us(5000);
+	CHECK_EQ(vcpu_users(), 0);
 	__atomic_store_n(&serve_stop, 1, __ATOMIC_RELAXED); /* polled by the server */
 	void *r;
 	CHECK(!pthread_join(t, &r));

@@ -55,8 +55,10 @@
  *    slot is reused.
  *  - is_idle:   the CPU the thread last ran on (or was moved to while waiting) is idle now, so a
  *    wake-up of this thread runs at once; 0 while the thread runs.
- *  - sleeping:  byte 18: the thread is blocked in the kernel (switched out not runnable and not
- *    woken since). Only in thread-slot pages (PVHINT_VALID_SLEEPING).
+ *  - sleeping:  byte 18: the thread is blocked in the kernel: switched out not runnable and not
+ *    run since (a woken thread still waiting for a CPU may read 1; on kernels without
+ *    CONFIG_SCHED_INFO it clears at the wake-up). Only in thread-slot pages
+ *    (PVHINT_VALID_SLEEPING).
  *  - owner:     the slot's thread id (kernel tid), 0 while the slot is free.
  * Record 0 is never assigned: it stays all zero ("no hints") and is the slot of a thread that
  * could not be registered. A thread's slot is what pvhint_self_vcpu() returns and what lock

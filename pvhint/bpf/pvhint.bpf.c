@@ -443,6 +443,7 @@ int BPF_PROG(pvhint_switch, _Bool preempt, struct task_struct *prev, struct task
 	return 0;
 }
 
+/* Attached only on kernels without CONFIG_SCHED_INFO (src_bpf.c load says why). */
 static __always_inline int on_wakeup(struct task_struct *p)
 {
 	struct pvhint_bpf_slot *ps;

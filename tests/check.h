@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <stdlib.h>
+#include <sys/syscall.h>
 #include <time.h>
 
 /* Weak: a test that links only libpvhint has no pvrt_errmsg (the address is then NULL). */
@@ -81,6 +82,22 @@ static inline const char *test_auto_fallback(void)
 		return "none";
 	pvhint_close(b);
 	return "bpf";
+}
+
+/* Is thread tid of this process blocked in futex(2) on addr? (/proc/self/task/TID/syscall: the
+ * number and arguments of the call it is blocked in, or "running".) No timing assumption: a
+ * test waits for this before it acts on a sleeper. */
+static inline int test_sleeps_in_futex(int tid, const void *addr)
+{
+	char path[64];
+	long nr = -1;
+	unsigned long a0 = 0;
+	snprintf(path, sizeof(path), "/proc/self/task/%d/syscall", tid);
+	FILE *f = fopen(path, "r");
+	CHECK(f != NULL);
+	int n = fscanf(f, "%ld %lx", &nr, &a0);
+	fclose(f);
+	return n == 2 && nr == SYS_futex && a0 == (unsigned long)addr;
 }
 
 #endif /* PVRT_TESTS_CHECK_H */

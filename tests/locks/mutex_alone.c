@@ -40,18 +40,9 @@ static void *waiter(void *arg)
 	return NULL;
 }
 
-/* Is thread tid blocked in futex(2) on the mutex word? (as locks/mutex_pick.c) */
 static bool sleeps_on_word(pid_t tid)
 {
-	char path[64];
-	long nr = -1;
-	unsigned long a0 = 0;
-	snprintf(path, sizeof(path), "/proc/self/task/%d/syscall", (int)tid);
-	FILE *f = fopen(path, "r");
-	CHECK(f != NULL);
-	int n = fscanf(f, "%ld %lx", &nr, &a0);
-	fclose(f);
-	return n == 2 && nr == SYS_futex && a0 == (unsigned long)&lk_mutex_of(&m)->word;
+	return test_sleeps_in_futex((int)tid, &lk_mutex_of(&m)->word);
 }
 
 static void lock_unlock_alone(void)

@@ -45,19 +45,9 @@ static void *lock_once(void *p)
 	return NULL;
 }
 
-/* Is thread tid blocked in futex(2) on the mutex word? (/proc/PID/task/TID/syscall: the
- * number and arguments of the call it is blocked in, or "running".) */
 static bool sleeps_on_word(pid_t tid)
 {
-	char path[64];
-	long nr = -1;
-	unsigned long a0 = 0;
-	snprintf(path, sizeof(path), "/proc/self/task/%d/syscall", (int)tid);
-	FILE *f = fopen(path, "r");
-	CHECK(f != NULL);
-	int n = fscanf(f, "%ld %lx", &nr, &a0);
-	fclose(f);
-	return n == 2 && nr == SYS_futex && a0 == (unsigned long)&lk_mutex_of(&m)->word;
+	return test_sleeps_in_futex((int)tid, &lk_mutex_of(&m)->word);
 }
 
 /* Start a waiter on the held mutex and return once it sleeps in the kernel futex. */

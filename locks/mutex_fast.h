@@ -67,11 +67,14 @@ static inline void publish_owner(lk_mutex_t *m, int tid, struct pvrt_ult *u)
  * uncontended paths need no locked instruction, as glibc's own since 2.34 (its
  * lll_mutex_lock_optimized): a single-threaded program under the preload (sqlite3, a script
  * interpreter, a tool built with -pthread) paid 15 ns per lock+unlock here against glibc's 5.
- * __libc_single_threaded turns false at the first pthread_create (the runtime's workers are
- * pthreads) and never back but in a fork child, which has one thread. A thread that is a
- * worker may switch between ULTs, and M:N preemption could land between the load and the
- * store, so a worker never takes this path. A signal handler that locks a mutex its thread
- * holds deadlocks with glibc too; one that locks and unlocks a free one leaves it free.
+ * __libc_single_threaded turns false at the first pthread_create (the runtime's workers,
+ * sysmon and spawner are pthreads) and never back (glibc 2.36 leaves it false even in the
+ * fork child of a multi-threaded process). A thread that is a worker may switch between
+ * ULTs, and M:N preemption could land between the load and the store, so a worker never
+ * takes this path. As with glibc's, threads made with raw clone() are not counted: such a
+ * program must not share these mutexes between them. A signal handler that locks a mutex
+ * its thread holds deadlocks with glibc too; one that locks and unlocks a free one leaves
+ * it free.
  */
 static inline bool lk_alone(void)
 {
@@ -86,12 +89,13 @@ static inline bool try_fast(lk_mutex_t *m)
 {
 	uint32_t z = 0;
 	if (lk_alone()) {
-		/* Acquire/release: plain loads and stores on x86; they only keep the compiler
-		 * from moving the critical section out. */
-		if (__atomic_load_n(&m->word, __ATOMIC_ACQUIRE) != 0)
+		/* No other thread can read the word; the signal fence keeps the compiler from
+		 * moving the critical section before the store (a handler of this thread is
+		 * the only other observer). Plain loads and stores on x86. */
+		if (__atomic_load_n(&m->word, __ATOMIC_RELAXED) != 0)
 			return false;
 		__atomic_store_n(&m->word, LOCKED, __ATOMIC_RELAXED);
-		__atomic_thread_fence(__ATOMIC_ACQUIRE);
+		__atomic_signal_fence(__ATOMIC_SEQ_CST);
 		return true;
 	}
 	/* Acquire: the previous owner's critical section happens-before ours. */
@@ -103,7 +107,8 @@ static inline void release(lk_mutex_t *m)
 {
 	uint32_t w = LOCKED;
 	if (lk_alone() && __atomic_load_n(&m->word, __ATOMIC_RELAXED) == LOCKED) {
-		__atomic_store_n(&m->word, 0, __ATOMIC_RELEASE); /* see lk_alone */
+		__atomic_signal_fence(__ATOMIC_SEQ_CST); /* see try_fast */
+		__atomic_store_n(&m->word, 0, __ATOMIC_RELAXED);
 		return;
 	}
 	/* Release: our critical section happens-before the next owner's. */

@@ -226,7 +226,10 @@ static bool in_kernel_wait(struct emu_vcpu *vc, const struct emu_thr *t)
 
 /*
  * The sampler's view of t: the bpf source's record when t has one (the scheduler's own events:
- * blocked since its last switch-out, not yet woken; one load), else /proc as in_kernel_wait().
+ * blocked since its last switch-out and not run since; one load), else /proc as
+ * in_kernel_wait(). A woken thread still waiting for a real CPU reads asleep until it runs
+ * (src_bpf.c load: no wake-up programs where the kernel keeps sched_info): its vCPU halts for
+ * that run-queue wait, as if the wake-up had come that much later.
  * Only the model uses it: whether a thread may be signalled is always read from /proc
  * (emu_send_stop), which never misses a state, whereas the program may miss a switch.
  */

@@ -211,7 +211,11 @@ static int load(void)
 	 * the idle walk and sched_migrate_task, and 'sleeping' clears at switch-in; what is left
 	 * (clearing 'sleeping' while the woken thread waits for a CPU) is not worth a tracepoint
 	 * dispatch at every wake-up of the machine: a glibc barrier program with 8 threads on 2
-	 * CPUs ran 10% slower beside an idle instance with them, 3% without (pvhint/README.md).
+	 * CPUs ran 13% slower beside an idle instance with them, 3% without (pvhint/README.md).
+	 * The BPF side decides sched_info by BTF (HAVE_SCHED_INFO), we by /proc: both follow
+	 * CONFIG_SCHED_INFO; a kernel whose BTF lacked sched_info.last_queued while /proc had
+	 * schedstat would lose the wake-up part of steal (the program then times waits from
+	 * preemption only).
 	 */
 	if (!err && access("/proc/self/schedstat", F_OK) == 0) {
 		bpf_program__set_autoload(s->progs.pvhint_wakeup, false);
@@ -785,8 +789,15 @@ int pvhint_bpf_serve(int listen_fd, volatile int *stop)
 	for (;;) {
 		/* Relaxed: a flag set by a signal handler or another thread, polled. */
 		int s = stop ? __atomic_load_n(stop, __ATOMIC_RELAXED) : 0;
-		if (s == PVHINT_SERVE_STOP || (s == PVHINT_SERVE_STOP_IDLE && n == 1))
+		if (s == PVHINT_SERVE_STOP)
 			break;
+		if (s == PVHINT_SERVE_STOP_IDLE && n == 1) {
+			/* Idle, unless a client is still in the accept queue (a descendant of
+			 * the program that attaches as it exits): serve it first. */
+			struct pollfd l = {.fd = listen_fd, .events = POLLIN};
+			if (poll(&l, 1, 0) <= 0)
+				break;
+		}
 		if (poll(pf, n, 200) < 0) {
 			if (errno == EINTR)
 				continue;

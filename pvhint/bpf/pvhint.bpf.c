@@ -5,7 +5,8 @@
  * that user space maps read-only:
  *   preempted  switched out while runnable (prev_state TASK_RUNNING, or preempted), cleared
  *              when it runs;
- *   sleeping   switched out not runnable, cleared at its wake-up;
+ *   sleeping   switched out not runnable, cleared when it runs again (at its wake-up on
+ *              kernels without sched_info, where the wake-up programs are attached);
  *   steal      its run-queue wait (wake-up or preemption to switch-in), summed: the kernel's
  *              own sched_info.run_delay, copied at each switch-in under the record's version
  *              counter (no clock read of ours: a ktime read costs ~95 ns on a PVM guest, most

@@ -92,15 +92,17 @@ int pvrt_barrier_wait(pvrt_barrier_t *pb)
 	}
 	lk_iunlock(ilock);
 	lk_stat(C, LK_CONTENDED);
-	pvhint_t *h = lk_hints();
-	struct lk_spin sp;
-	lk_spin_init(&sp, lk_spin_budget(h));
-	/* Spin only with preemption hints (it then stops when a peer's vCPU is preempted) and when
-	 * every thread of the round can run at once. Without hints a waiter parks at once, as
-	 * glibc's do: phases of real programs rarely end within a spin, and a spin that fails
+	/* Spin only when every thread of the round can run at once and with preemption hints
+	 * (it then stops when a peer's vCPU is preempted). Without hints a waiter parks at once,
+	 * as glibc's do: phases of real programs rarely end within a spin, and a spin that fails
 	 * costs the CPU (and, on a loaded or oversubscribed machine, the time slice) a peer
-	 * needs. */
-	bool spin = (h->valid & PVHINT_VALID_PREEMPTED) && b->count <= lk_nr_cpus();
+	 * needs. The round size first: a round larger than the CPUs never reads the hints, so it
+	 * does not ask a served bpf source to attach (lk_hints). */
+	pvhint_t *h = b->count <= lk_nr_cpus() ? lk_hints() : NULL;
+	bool spin = h && (h->valid & PVHINT_VALID_PREEMPTED);
+	struct lk_spin sp;
+	if (spin)
+		lk_spin_init(&sp, lk_spin_budget(h));
 	for (unsigned i = 0; spin; i++) {
 		if (__atomic_load_n(&b->gen, __ATOMIC_ACQUIRE) != g)
 			goto done;

@@ -73,9 +73,12 @@ pvhint_t *lk_hints_slow(void);
 bool lk_hints_claim(void);
 void lk_hints_open_claimed(void);
 
-/* The handle the locks read hints from (never NULL; source none until opened). */
+/* The handle the locks read hints from (never NULL; source none until opened). Called only on
+ * contended paths, where the hints decide: that is what keeps a served bpf source's programs
+ * attached (pvhint_want), so a process whose locks do not contend taxes no context switch. */
 static inline pvhint_t *lk_hints(void)
 {
+	pvhint_want();
 	/* Acquire: pairs with the release store that publishes an opened handle. */
 	pvhint_t *h = __atomic_load_n(&lk_hints_ptr, __ATOMIC_ACQUIRE);
 	return lk_likely(h != NULL) ? h : lk_hints_slow();

@@ -38,6 +38,7 @@
 
 PVRT_API __thread int pvhint_tls_slot __attribute__((tls_model("initial-exec"))) = -1;
 PVRT_API int pvhint_slot_mode;
+PVRT_API int pvhint_want_mode;
 
 #if defined(PVRT_HAVE_BPF) && PVRT_HAVE_BPF
 
@@ -57,7 +58,7 @@ PVRT_API int pvhint_slot_mode;
 #include <sys/un.h>
 
 /* The daemon's protocol (SOCK_SEQPACKET: one message per request and reply). */
-enum { DMSG_HELLO = 1, DMSG_CLAIM = 2, DMSG_VCPU = 3 };
+enum { DMSG_HELLO = 1, DMSG_CLAIM = 2, DMSG_VCPU = 3, DMSG_WANT = 4 /* no reply */ };
 struct dreq {
 	uint32_t op;
 	uint32_t tid; /* DMSG_CLAIM: the thread to claim a slot for */
@@ -65,7 +66,8 @@ struct dreq {
 struct drep {
 	int32_t status; /* 0, the slot (DMSG_CLAIM), or a negative errno */
 	uint32_t len;	/* DMSG_HELLO: the thread page's mapping length */
-	uint32_t vlen;	/* DMSG_VCPU: the vCPU page's (0: none) */
+	uint32_t vlen;	/* DMSG_VCPU: the vCPU page's (0: none); DMSG_HELLO: the highest op the
+			 * daemon knows (0 from daemons older than DMSG_WANT: never sent one) */
 	char why[120];	/* DMSG_VCPU: no vCPU page: why */
 };
 
@@ -90,6 +92,11 @@ static struct {
 	 * contended pthread mutex parks through pvrt's locks, whose park registers the waiting
 	 * thread (pvhint_self_vcpu), i.e. claims a slot through here again. */
 	uint32_t dmu;
+	/* A served instance (pvhint_bpf_serve): the programs that follow threads are attached
+	 * (sched_on) from a client's want until WANT_LINGER_NS after the last one. */
+	bool sched_on;
+	uint64_t want_at;
+	bool dwant; /* our pvhintd attaches on wants (it knows DMSG_WANT) */
 } inst = {.mu = PTHREAD_MUTEX_INITIALIZER, .dfd = -1};
 
 /* libbpf prints to stderr by default; a library must not. Keep, for the error message, the first
@@ -165,6 +172,54 @@ static int percpu_offsets(uint64_t *rq, uint64_t *st)
 			err = 0;
 	}
 	btf__free(btf);
+	return err;
+}
+
+/* The programs that follow threads: switch and migrate, and the wake-up ones where they are
+ * loaded. The exit program stays attached whatever happens: it frees the slots. */
+static struct bpf_link **sched_link(struct pvhint_bpf *s, int i, struct bpf_program **prog)
+{
+	struct bpf_program *p[] = {s->progs.pvhint_switch, s->progs.pvhint_migrate,
+				   s->progs.pvhint_wakeup, s->progs.pvhint_wakeup_new};
+	struct bpf_link **l[] = {&s->links.pvhint_switch, &s->links.pvhint_migrate,
+				 &s->links.pvhint_wakeup, &s->links.pvhint_wakeup_new};
+	*prog = p[i];
+	return l[i];
+}
+#define SCHED_PROGS 4
+
+/* Stop following threads (inst.mu held or the serving thread): the records keep their values. */
+static void sched_detach(struct pvhint_bpf *s)
+{
+	for (int i = 0; i < SCHED_PROGS; i++) {
+		struct bpf_program *p;
+		struct bpf_link **l = sched_link(s, i, &p);
+		bpf_link__destroy(*l);
+		*l = NULL;
+	}
+	inst.sched_on = false;
+}
+
+/* Follow threads again: every record reset to "running" (pvhint_reset in pvhint.bpf.c says
+ * why), then the programs attached. On failure the programs stay detached (hints stay
+ * "running": advisory, so correct) and the error is returned. */
+static int sched_attach(struct pvhint_bpf *s)
+{
+	LIBBPF_OPTS(bpf_test_run_opts, o);
+	int err = bpf_prog_test_run_opts(bpf_program__fd(s->progs.pvhint_reset), &o) ? -errno : 0;
+	for (int i = 0; !err && i < SCHED_PROGS; i++) {
+		struct bpf_program *p;
+		struct bpf_link **l = sched_link(s, i, &p);
+		if (*l || !bpf_program__autoload(p))
+			continue;
+		*l = bpf_program__attach(p);
+		if (!*l)
+			err = -errno;
+	}
+	if (err)
+		sched_detach(s);
+	else
+		inst.sched_on = true;
 	return err;
 }
 
@@ -254,6 +309,7 @@ static int load(void)
 		goto out;
 	}
 	err = pvhint_bpf__attach(s);
+	inst.sched_on = !err;
 	if (err) {
 		err = pvhint__fail(err, "bpf: cannot attach to the scheduler tracepoints: %s%s",
 				   strerror(-err), inst.log);
@@ -439,6 +495,7 @@ static int daemon_attach(char *why, size_t n)
 	inst.vwhy[0] = 0;
 	inst.dfd = fd;
 	inst.dpid = getpid();
+	inst.dwant = r.vlen >= DMSG_WANT;
 	__atomic_store_n(&inst.ready, true, __ATOMIC_RELEASE);
 	return 0;
 }
@@ -463,6 +520,35 @@ static int daemon_fd(void)
 		}
 	}
 	return inst.dfd;
+}
+
+/* The last want sent (CLOCK_MONOTONIC_COARSE ns), or the next due. */
+static uint64_t want_next;
+
+void pvhint_want_send(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+	uint64_t now = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+	/* Relaxed: a rate limit; two threads that both pass only send twice. */
+	uint64_t next = __atomic_load_n(&want_next, __ATOMIC_RELAXED);
+	if (now < next ||
+	    !__atomic_compare_exchange_n(&want_next, &next, now + PVHINT_WANT_EVERY_NS, false,
+					 __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+		return;
+	/* Never wait here (lock paths, perhaps a signal handler): a thread that talks to the
+	 * daemon now holds dmu, and its process is known to be alive anyway; a full socket
+	 * buffer drops the want, and the next one, 0.1 s later, goes. */
+	if (!os_lock_try(&inst.dmu))
+		return;
+	int saved = errno;
+	int fd = daemon_fd();
+	if (fd >= 0) {
+		struct dreq q = {.op = DMSG_WANT};
+		(void)send(fd, &q, sizeof(q), MSG_DONTWAIT | MSG_NOSIGNAL);
+	}
+	errno = saved;
+	os_unlock(&inst.dmu);
 }
 
 /* A slot for tid through pvhintd. */
@@ -617,8 +703,12 @@ int pvhint__bpf_open(struct pvhint_impl *im, bool vcpu)
 			im->source = PVHINT_SOURCE_BPF;
 			im->bpf = true;
 			im->bpf_slots = !vcpu;
-			if (!vcpu && inst.nopen++ == 0)
+			if (!vcpu && inst.nopen++ == 0) {
 				__atomic_store_n(&pvhint_slot_mode, 1, __ATOMIC_RELEASE);
+				/* A served instance follows threads only while wanted. */
+				__atomic_store_n(&pvhint_want_mode, !inst.skel && inst.dwant,
+						 __ATOMIC_RELAXED);
+			}
 		}
 		if (err && vcpu)
 			vcpu_release();
@@ -634,8 +724,10 @@ void pvhint__bpf_close(struct pvhint_impl *im)
 	 * refresh when its last handle closes. */
 	if (!im->bpf_slots)
 		vcpu_release();
-	else if (--inst.nopen == 0)
+	else if (--inst.nopen == 0) {
 		__atomic_store_n(&pvhint_slot_mode, 0, __ATOMIC_RELAXED);
+		__atomic_store_n(&pvhint_want_mode, 0, __ATOMIC_RELAXED);
+	}
 	pthread_mutex_unlock(&inst.mu);
 }
 
@@ -720,11 +812,20 @@ static void serve_one(int fd, bool *vuser)
 	ssize_t n = recv(fd, &q, sizeof(q), 0);
 	if (n != (ssize_t)sizeof(q))
 		return;
+	if (q.op == DMSG_WANT) {
+		pthread_mutex_lock(&inst.mu);
+		inst.want_at = os_now_ns();
+		if (!inst.sched_on)
+			(void)sched_attach(inst.skel); /* failed: tried again at the next want */
+		pthread_mutex_unlock(&inst.mu);
+		return;
+	}
 	struct drep r = {0};
 	int fds[1] = {inst.page_fd};
 	int nfd = 0;
 	if (q.op == DMSG_HELLO) {
 		r.len = (uint32_t)inst.len;
+		r.vlen = DMSG_WANT;
 		nfd = 1;
 	} else if (q.op == DMSG_VCPU) {
 		pthread_mutex_lock(&inst.mu);
@@ -774,6 +875,29 @@ static void serve_one(int fd, bool *vuser)
 }
 
 #define SERVE_MAX 1024 /* connections at once (one per client process) */
+/* A served instance detaches the programs that follow threads this long after the last want
+ * (unless a client uses the vCPU page, which the switch program refreshes): ten wants of a
+ * process that still contends, so a lock that contends now and then keeps them, and at most one
+ * attach and detach a second (each patches the tracepoints' call sites on every CPU). */
+#define WANT_LINGER_NS 1000000000ull
+
+/* The serving loop's turn: the programs that follow threads attached while a client uses the
+ * vCPU page or wanted hints within WANT_LINGER_NS, else detached. Returns the poll timeout (ms):
+ * the stop flag's checks, and the detach. */
+static int serve_sched(unsigned vusers)
+{
+	int ms = 200;
+	pthread_mutex_lock(&inst.mu);
+	uint64_t now = os_now_ns(), end = inst.want_at + WANT_LINGER_NS;
+	if (vusers && !inst.sched_on)
+		(void)sched_attach(inst.skel); /* failed: tried again at the next turn */
+	else if (!vusers && inst.sched_on && now >= end)
+		sched_detach(inst.skel);
+	else if (!vusers && inst.sched_on && (end - now) / 1000000u + 1 < (uint64_t)ms)
+		ms = (int)((end - now) / 1000000u + 1);
+	pthread_mutex_unlock(&inst.mu);
+	return ms;
+}
 
 int pvhint_bpf_serve(int listen_fd, volatile int *stop)
 {
@@ -785,6 +909,10 @@ int pvhint_bpf_serve(int listen_fd, volatile int *stop)
 	static struct pollfd pf[SERVE_MAX + 1];
 	static bool vuser[SERVE_MAX + 1]; /* pf[i]'s client uses the vCPU page */
 	nfds_t n = 1;
+	/* Nobody wants hints yet: the programs that follow threads wait for the first want. */
+	pthread_mutex_lock(&inst.mu);
+	sched_detach(inst.skel);
+	pthread_mutex_unlock(&inst.mu);
 	pf[0] = (struct pollfd){.fd = listen_fd, .events = POLLIN};
 	for (;;) {
 		/* Relaxed: a flag set by a signal handler or another thread, polled. */
@@ -798,7 +926,10 @@ int pvhint_bpf_serve(int listen_fd, volatile int *stop)
 			if (poll(&l, 1, 0) <= 0)
 				break;
 		}
-		if (poll(pf, n, 200) < 0) {
+		unsigned vusers = 0;
+		for (nfds_t i = 1; i < n; i++)
+			vusers += vuser[i];
+		if (poll(pf, n, serve_sched(vusers)) < 0) {
 			if (errno == EINTR)
 				continue;
 			return pvhint__fail(-errno, "pvhintd: poll: %s", strerror(errno));

@@ -562,6 +562,10 @@ static void *sysmon_main(void *arg)
 			}
 		}
 		busy |= kick_lost();
+		/* Workers run: their placement, steals and hand-offs read the hints, so a served
+		 * bpf source keeps following threads (pvhint_want; no-op for other sources). */
+		if (busy)
+			pvhint_want();
 		if (!busy) {
 			/* Every worker parked: sleep until one leaves its park
 			 * (rt_sysmon_notify). Seq_cst store, then the park words: pairs with

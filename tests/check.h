@@ -100,4 +100,32 @@ static inline int test_sleeps_in_futex(int tid, const void *addr)
 	return n == 2 && nr == SYS_futex && a0 == (unsigned long)addr;
 }
 
+/* Thread-slot pages (the bpf source): does record s (the caller's) see one of the caller's
+ * switch-ins within 'naps' sleeps of a millisecond? Every switch-in the program sees moves the
+ * record's version. */
+static inline bool test_record_follows(pvhint_t *h, int s, int naps)
+{
+	uint32_t v0 = __atomic_load_n(&h->rec[s].version, __ATOMIC_ACQUIRE);
+	for (int i = 0; i < naps; i++) {
+		test_sleep_us(1000);
+		if (__atomic_load_n(&h->rec[s].version, __ATOMIC_ACQUIRE) != v0)
+			return true;
+	}
+	return false;
+}
+
+/* Within 20 s: record s stops following the caller (50 naps without a switch-in seen), as when a
+ * served instance's programs are detached (pvhint_want). */
+static inline bool test_record_stops_following(pvhint_t *h, int s)
+{
+	struct timespec t0, t;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	do {
+		if (!test_record_follows(h, s, 50))
+			return true;
+		clock_gettime(CLOCK_MONOTONIC, &t);
+	} while (t.tv_sec - t0.tv_sec < 20);
+	return false;
+}
+
 #endif /* PVRT_TESTS_CHECK_H */

@@ -198,6 +198,28 @@ PVRT_API void pvhint_thread_park(pvhint_t *h);
  * Context: thread, ULT (for its worker); fork (no-op for an inherited emulator). */
 PVRT_API void pvhint_thread_unpark(pvhint_t *h);
 
+#define PVHINT_WANT_EVERY_NS 100000000ull
+/* pvhint_want's state and its sending half (private to libpvhint; read inline). */
+PVRT_API extern int pvhint_want_mode;
+/* Context: any. */
+PVRT_API void pvhint_want_send(void);
+/*
+ * The caller is about to decide with the hints (a contended lock, a scheduler's placement).
+ * A bpf source served by pvhintd or pvrt-run attaches its scheduler programs only while some
+ * process wants hints (an attached program costs every context switch of the machine), and
+ * detaches them a second after the last want: this tells it, at most once per
+ * PVHINT_WANT_EVERY_NS per process (a coarse clock read and a compare otherwise; no system
+ * call). Until the programs are attached the records say "running": the first decisions of a
+ * quiet process see no thread preempted, for about a millisecond. No-op for every other
+ * source.
+ * Context: any (a signal handler too: it never blocks).
+ */
+static inline void pvhint_want(void)
+{
+	if (__builtin_expect(__atomic_load_n(&pvhint_want_mode, __ATOMIC_RELAXED), 0))
+		pvhint_want_send();
+}
+
 /*
  * Before execve: detach the calling thread from the emulator it is attached to (if any) and
  * discard a stop signal already queued for it, which the new program (with no handler for it)
@@ -234,6 +256,8 @@ PVRT_API int pvhint_bpf_stats(pvhint_t *h, struct pvhint_bpf_stats *out);
  * (read-only) and slots for its own threads. Returns 0 once *stop is PVHINT_SERVE_STOP, or is
  * PVHINT_SERVE_STOP_IDLE and no client is connected (a client stays connected while it lives);
  * checked at least every 200 ms; stop may be NULL. A negative errno: the load failed.
+ * From the call on, the program follows threads only while a client wants hints (pvhint_want)
+ * or uses the vCPU page, and a second longer; the serving process's own handles want nothing.
  * tools/pvhintd, and pvrt-run (one instance for the process tree it starts).
  * Context: thread (it blocks).
  */

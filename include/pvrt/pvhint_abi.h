@@ -65,6 +65,10 @@
  * owner records store, so "is the owner's vCPU preempted?" becomes "is the owner preempted?".
  * A slot is freed when its thread exits (the program's sched_process_exit hook). nr_used bounds
  * the slots ever taken, for readers that scan all records.
+ * An instance served by pvhintd or pvrt-run follows threads only while some client wants hints
+ * (pvhint_want() in pvhint.h): between wants the records keep their last values, and when it
+ * follows threads again every record first reads "running" (preempted, sleeping and is_idle
+ * 0) until its thread's next switch-out.
  *
  * Readers must treat every field as a hint: it may be stale by the time it is
  * used. Correctness must never depend on it.

@@ -538,3 +538,60 @@ int BPF_PROG(pvhint_exit, struct task_struct *p)
 	bpf_map_delete_elem(&slot_owner, &s);
 	return 0;
 }
+
+/*
+ * A served instance (pvhint_bpf_serve) attaches the switch and migrate programs only while a
+ * client wants hints; events between are not seen. Before it attaches them again it runs this
+ * (BPF_PROG_TEST_RUN of a syscall program, the only writer of the frozen page besides the
+ * tracepoints) to make every record say what a thread that runs says: not preempted, not
+ * sleeping, not on an idle CPU's waiting list. Each thread's next switch-out then tells the
+ * truth again; until then a stale "preempted" of a thread that has run since would keep
+ * spinners off a running owner. Steal is the kernel's run_delay (kept across the gap); on
+ * kernels without sched_info the waits of the gap are not timed.
+ */
+static long reset_slot(__u32 s, void *unused)
+{
+	struct pvhint_record *r = rec_of(s);
+	struct pvhint_bpf_slot *p = priv_of(r);
+
+	(void)unused;
+	if (!s)
+		return 0; /* record 0 stays all zero */
+	if (!p || !r)
+		return 1;
+	p->running = 1;
+	p->cpu1 = 0;
+	p->wait_start = 0;
+	r->preempted = 0;
+	r->sleeping = 0;
+	r->is_idle = 0;
+	return 0;
+}
+
+static long reset_cpu(__u32 cpu, void *unused)
+{
+	struct pvhint_bpf_cpu *c = bpf_map_lookup_elem(&cpus, &cpu);
+
+	(void)unused;
+	if (!c)
+		return 1;
+	/* Not idle: the CPU's next switch to its idle task rewrites it (with nobody waiting). */
+	c->idle = 0;
+	for (int i = 0; i < PVHINT_BPF_WORDS; i++)
+		c->waiting[i] = 0;
+	return 0;
+}
+
+SEC("syscall")
+int pvhint_reset(void *ctx)
+{
+	struct pvhint_header *h = hdr();
+	__u32 used = h ? h->nr_used : PVHINT_BPF_SLOTS;
+
+	(void)ctx;
+	if (used > PVHINT_BPF_SLOTS)
+		used = PVHINT_BPF_SLOTS;
+	bpf_loop(used, reset_slot, NULL, 0);
+	bpf_loop(nr_cpus < PVHINT_BPF_MAXCPU ? nr_cpus : PVHINT_BPF_MAXCPU, reset_cpu, NULL, 0);
+	return 0;
+}

@@ -739,6 +739,23 @@ static void fork_while_claiming(void)
 	printf("daemon client: %d forks while claiming, every child claimed its slot\n", forks);
 }
 
+/* The daemon follows threads only while some client wants hints (pvhint_want), and stops about
+ * a second after the last want: an attached program taxes every context switch of the machine.
+ * A previous client's wants may still hold, hence the bounded waits. */
+static void wanted_only(pvhint_t *u, int s)
+{
+	CHECK(test_record_stops_following(u, s));
+	pvhint_want();
+	bool on = false;
+	for (int i = 0; i < 5000 && !on; i++)
+		on = test_record_follows(u, s, 1);
+	CHECK(on);
+	/* Attached afresh, the records were reset to "running": ours runs, and says so. */
+	CHECK(!(__atomic_load_n(&u->rec[s].preempted, __ATOMIC_RELAXED) & PVHINT_PREEMPTED));
+	CHECK(test_record_stops_following(u, s));
+	printf("daemon client: the daemon followed threads only while wanted\n");
+}
+
 /* Run as nobody or root (exec'd by daemon_test()): use the source through the daemon. */
 static int daemon_client(void)
 {
@@ -777,6 +794,7 @@ static int daemon_client(void)
 	CHECK_EQ(rep[0], -ESRCH);
 	close(fd);
 	printf("daemon client: slots %d %d %d; foreign claim refused\n", s[0], s[1], s[2]);
+	wanted_only(u, s[0]);
 	fork_while_claiming();
 	/* The vCPU page, asked for when first opened: the daemon turns its refresh on for us
 	 * (daemon_test checks that it is off again once we have gone). */

@@ -2,9 +2,9 @@
 # pvrt-run's bpf server: one bpf instance for the whole process tree it starts (pvrt_run.c,
 # start_bpf_server). PROGRAM's processes find it through PVHINT_BPF_SOCKET; it is no child of
 # theirs (a shell's `wait` returns), and it leaves no socket behind once PROGRAM is done.
-# usage: pvrt_run_bpf.sh PVRT-RUN TEST-PVHINT-BPF THREADED-PROGRAM
+# usage: pvrt_run_bpf.sh PVRT-RUN TEST-PVHINT-BPF THREADED-PROGRAM WANT
 set -u
-run=$1 bpf=$2 prog=$3
+run=$1 bpf=$2 prog=$3 want=$4
 fail() { echo "pvrt_run_bpf: FAIL: $*"; exit 1; }
 "$bpf" --usable >/dev/null 2>&1 || { echo "pvrt_run_bpf: the bpf source is unusable here: skipped"; exit 77; }
 
@@ -32,4 +32,6 @@ s=$(PVHINT_BPF_SOCKET=/nonexistent/sock "$run" --hints=bpf -- sh -c 'echo "$PVHI
 [ "$s" = /nonexistent/sock ] || fail "a PVHINT_BPF_SOCKET of the user's was replaced: '$s'"
 s=$("$run" --hints=none -- sh -c 'echo "${PVHINT_BPF_SOCKET:-}"')
 [ -z "$s" ] || fail "a server for --hints=none: '$s'"
+# The server follows threads only while PROGRAM's locks contend (tests/tools/want.c).
+out=$(timeout 120 "$run" --hints=bpf -- "$want" 2>&1) || fail "following on want: $out"
 echo "pvrt_run_bpf: ok"

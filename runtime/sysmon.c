@@ -565,7 +565,7 @@ static void *sysmon_main(void *arg)
 		/* Workers run: their placement, steals and hand-offs read the hints, so a served
 		 * bpf source keeps following threads (pvhint_want; no-op for other sources). */
 		if (busy)
-			pvhint_want();
+			pvhint_want_sustained();
 		if (!busy) {
 			/* Every worker parked: sleep until one leaves its park
 			 * (rt_sysmon_notify). Seq_cst store, then the park words: pairs with

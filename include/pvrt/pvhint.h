@@ -199,25 +199,34 @@ PVRT_API void pvhint_thread_park(pvhint_t *h);
 PVRT_API void pvhint_thread_unpark(pvhint_t *h);
 
 #define PVHINT_WANT_EVERY_NS 100000000ull
+#define PVHINT_WANT_MIN	     64u
 /* pvhint_want's state and its sending half (private to libpvhint; read inline). */
 PVRT_API extern int pvhint_want_mode;
 /* Context: any. */
-PVRT_API void pvhint_want_send(void);
+PVRT_API void pvhint_want_send(unsigned weight);
 /*
  * The caller is about to decide with the hints (a contended lock, a scheduler's placement).
  * A bpf source served by pvhintd or pvrt-run attaches its scheduler programs only while some
  * process wants hints (an attached program costs every context switch of the machine), and
- * detaches them a second after the last want: this tells it, at most once per
- * PVHINT_WANT_EVERY_NS per process (a coarse clock read and a compare otherwise; no system
- * call). Until the programs are attached the records say "running": the first decisions of a
- * quiet process see no thread preempted, for about a millisecond. No-op for every other
- * source.
- * Context: any (a signal handler too: it never blocks).
+ * detaches them a second after the last want: this tells it once a thread has wanted
+ * PVHINT_WANT_MIN times within PVHINT_WANT_EVERY_NS (sustained demand: a lock that contends a
+ * few hundred times a second is not worth the tax), at most once per PVHINT_WANT_EVERY_NS per
+ * process (a coarse clock read and a compare otherwise; no system call).
+ * pvhint_want_sustained(): the caller's own demand is sustained (a scheduler that runs work). Until
+ * the programs are attached the records say "running": the first decisions of a quiet process see
+ * no thread preempted, for about a millisecond. No-op for every other source. Context: any (a
+ * signal handler too: it never blocks).
  */
 static inline void pvhint_want(void)
 {
 	if (__builtin_expect(__atomic_load_n(&pvhint_want_mode, __ATOMIC_RELAXED), 0))
-		pvhint_want_send();
+		pvhint_want_send(1);
+}
+/* Context: any. */
+static inline void pvhint_want_sustained(void)
+{
+	if (__builtin_expect(__atomic_load_n(&pvhint_want_mode, __ATOMIC_RELAXED), 0))
+		pvhint_want_send(PVHINT_WANT_MIN);
 }
 
 /*

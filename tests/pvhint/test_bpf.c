@@ -745,10 +745,15 @@ static void fork_while_claiming(void)
 static void wanted_only(pvhint_t *u, int s)
 {
 	CHECK(test_record_stops_following(u, s));
+	/* One want is not demand (PVHINT_WANT_MIN): nothing follows us after it. */
 	pvhint_want();
+	CHECK(!test_record_follows(u, s, 50));
 	bool on = false;
-	for (int i = 0; i < 5000 && !on; i++)
+	for (int i = 0; i < 5000 && !on; i++) {
+		for (unsigned k = 0; k < PVHINT_WANT_MIN; k++)
+			pvhint_want();
 		on = test_record_follows(u, s, 1);
+	}
 	CHECK(on);
 	/* Attached afresh, the records were reset to "running": ours runs, and says so. */
 	CHECK(!(__atomic_load_n(&u->rec[s].preempted, __ATOMIC_RELAXED) & PVHINT_PREEMPTED));

@@ -54,6 +54,11 @@ static void lk_open_default(void)
 		lk_hints_open_claimed();
 }
 
+pvhint_t *lk_hints_none(void)
+{
+	return &lk_none_handle;
+}
+
 pvhint_t *lk_hints_slow(void)
 {
 	lk_open_default();

@@ -68,6 +68,8 @@ static inline struct pvrt_ult *lk_self_ult(void)
 /* ---- hints ---- */
 extern pvhint_t *lk_hints_ptr;
 pvhint_t *lk_hints_slow(void);
+/* The handle of source none (lk_hints while a served bpf source does not follow threads). */
+pvhint_t *lk_hints_none(void);
 /* Opening the default handle on a thread of one's own (the preload's pthread_create): claim it,
  * then open it; until then lk_hints() answers with source none. */
 bool lk_hints_claim(void);
@@ -75,10 +77,14 @@ void lk_hints_open_claimed(void);
 
 /* The handle the locks read hints from (never NULL; source none until opened). Called only on
  * contended paths, where the hints decide: that is what keeps a served bpf source's programs
- * attached (pvhint_want), so a process whose locks do not contend taxes no context switch. */
+ * attached (pvhint_want), so a process whose locks do not contend taxes no context switch.
+ * While this process's wants do not keep them attached the records are stale, and the locks
+ * decide as with source none (their adaptive blind budgets), not on records that say
+ * "running". */
 static inline pvhint_t *lk_hints(void)
 {
-	pvhint_want();
+	if (lk_unlikely(!pvhint_want()))
+		return lk_hints_none();
 	/* Acquire: pairs with the release store that publishes an opened handle. */
 	pvhint_t *h = __atomic_load_n(&lk_hints_ptr, __ATOMIC_ACQUIRE);
 	return lk_likely(h != NULL) ? h : lk_hints_slow();

@@ -94,7 +94,7 @@ static struct {
 	uint32_t dmu;
 	/* A served instance (pvhint_bpf_serve): the programs that follow threads are attached
 	 * (sched_on) from a client's want until WANT_LINGER_NS after the last one. */
-	bool sched_on;
+	bool sched_on, reset_again;
 	uint64_t want_at;
 	bool dwant; /* our pvhintd attaches on wants (it knows DMSG_WANT) */
 } inst = {.mu = PTHREAD_MUTEX_INITIALIZER, .dfd = -1};
@@ -188,7 +188,18 @@ static struct bpf_link **sched_link(struct pvhint_bpf *s, int i, struct bpf_prog
 }
 #define SCHED_PROGS 4
 
-/* Stop following threads (inst.mu held or the serving thread): the records keep their values. */
+/* Every record to "running" (pvhint_reset in pvhint.bpf.c). */
+static int sched_reset(struct pvhint_bpf *s)
+{
+	LIBBPF_OPTS(bpf_test_run_opts, o);
+	return bpf_prog_test_run_opts(bpf_program__fd(s->progs.pvhint_reset), &o) ? -errno : 0;
+}
+
+/* Stop following threads (inst.mu held): the records then read "running", not the last values
+ * (a stale "preempted" would refuse a starving waiter its hand-off, or keep spinners off a
+ * running owner, in clients that still read them: older ones, the runtime's scheduler). A
+ * program already running when its link goes may still write one record; the serving loop
+ * resets once more at its next turn (reset_again). */
 static void sched_detach(struct pvhint_bpf *s)
 {
 	for (int i = 0; i < SCHED_PROGS; i++) {
@@ -198,6 +209,8 @@ static void sched_detach(struct pvhint_bpf *s)
 		*l = NULL;
 	}
 	inst.sched_on = false;
+	(void)sched_reset(s);
+	inst.reset_again = true;
 }
 
 /* Follow threads again: every record reset to "running" (pvhint_reset in pvhint.bpf.c says
@@ -205,8 +218,7 @@ static void sched_detach(struct pvhint_bpf *s)
  * "running": advisory, so correct) and the error is returned. */
 static int sched_attach(struct pvhint_bpf *s)
 {
-	LIBBPF_OPTS(bpf_test_run_opts, o);
-	int err = bpf_prog_test_run_opts(bpf_program__fd(s->progs.pvhint_reset), &o) ? -errno : 0;
+	int err = sched_reset(s);
 	for (int i = 0; !err && i < SCHED_PROGS; i++) {
 		struct bpf_program *p;
 		struct bpf_link **l = sched_link(s, i, &p);
@@ -522,14 +534,15 @@ static int daemon_fd(void)
 	return inst.dfd;
 }
 
-/* When the process may send its next want (CLOCK_MONOTONIC_COARSE ns). */
-static uint64_t want_next;
+/* When the process may send its next want, and when it sent its last (CLOCK_MONOTONIC_COARSE
+ * ns). */
+static uint64_t want_next, want_sent;
 /* A thread's wants in its current window of PVHINT_WANT_EVERY_NS (per thread: a shared count
  * would be one more line that every contended lock call moves between CPUs). */
 static __thread uint64_t want_win __attribute__((tls_model("initial-exec")));
 static __thread uint32_t want_cnt __attribute__((tls_model("initial-exec")));
 
-void pvhint_want_send(unsigned weight)
+bool pvhint_want_send(unsigned weight)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
@@ -547,27 +560,33 @@ void pvhint_want_send(unsigned weight)
 		want_win = now;
 		want_cnt = 0;
 	}
+	/* Relaxed: a hint of our own sends, read for a decision that is itself a hint. */
+	bool live = now - __atomic_load_n(&want_sent, __ATOMIC_RELAXED) < PVHINT_WANT_LIVE_NS;
 	if ((want_cnt += weight) < PVHINT_WANT_MIN)
-		return;
+		return live;
 	/* Relaxed: a rate limit; two threads that both pass only send twice. */
 	uint64_t next = __atomic_load_n(&want_next, __ATOMIC_RELAXED);
 	if (now < next ||
 	    !__atomic_compare_exchange_n(&want_next, &next, now + PVHINT_WANT_EVERY_NS, false,
 					 __ATOMIC_RELAXED, __ATOMIC_RELAXED))
-		return;
+		return live;
 	/* Never wait here (lock paths, perhaps a signal handler): a thread that talks to the
 	 * daemon now holds dmu, and its process is known to be alive anyway; a full socket
 	 * buffer drops the want, and the next one, 0.1 s later, goes. */
-	if (!os_lock_try(&inst.dmu))
-		return;
+	/* A fork child's first want would reconnect (a blocking connect): its next claim does
+	 * that; until then it decides as with source none. */
+	if (inst.dpid != getpid() || !os_lock_try(&inst.dmu))
+		return live;
 	int saved = errno;
 	int fd = daemon_fd();
-	if (fd >= 0) {
-		struct dreq q = {.op = DMSG_WANT};
-		(void)send(fd, &q, sizeof(q), MSG_DONTWAIT | MSG_NOSIGNAL);
-	}
+	struct dreq q = {.op = DMSG_WANT};
+	/* Live from now: the server attaches within about a millisecond, and until then the
+	 * records read "running" (pvhint_reset) or still hold the last values. */
+	if (fd >= 0 && send(fd, &q, sizeof(q), MSG_DONTWAIT | MSG_NOSIGNAL) == (ssize_t)sizeof(q))
+		__atomic_store_n(&want_sent, now, __ATOMIC_RELAXED);
 	errno = saved;
 	os_unlock(&inst.dmu);
+	return now - __atomic_load_n(&want_sent, __ATOMIC_RELAXED) < PVHINT_WANT_LIVE_NS;
 }
 
 /* A slot for tid through pvhintd. */
@@ -849,6 +868,9 @@ static void serve_one(int fd, bool *vuser)
 	} else if (q.op == DMSG_VCPU) {
 		pthread_mutex_lock(&inst.mu);
 		vcpu_enable();
+		/* Follow threads before the reply: the client waits for the first refresh. */
+		if (inst.vpage_fd >= 0 && !inst.sched_on)
+			(void)sched_attach(inst.skel);
 		if (inst.vpage_fd < 0) {
 			r.status = -ENOTSUP;
 			snprintf(r.why, sizeof(r.why), "%s", inst.vwhy);
@@ -908,6 +930,10 @@ static int serve_sched(unsigned vusers)
 	int ms = 200;
 	pthread_mutex_lock(&inst.mu);
 	uint64_t now = os_now_ns(), end = inst.want_at + WANT_LINGER_NS;
+	if (!inst.sched_on && inst.reset_again) {
+		(void)sched_reset(inst.skel);
+		inst.reset_again = false;
+	}
 	if (vusers && !inst.sched_on)
 		(void)sched_attach(inst.skel); /* failed: tried again at the next turn */
 	else if (!vusers && inst.sched_on && now >= end)

@@ -200,33 +200,39 @@ PVRT_API void pvhint_thread_unpark(pvhint_t *h);
 
 #define PVHINT_WANT_EVERY_NS 100000000ull
 #define PVHINT_WANT_MIN	     64u
+#define PVHINT_WANT_LIVE_NS  900000000ull /* the server keeps them a second after a want */
 /* pvhint_want's state and its sending half (private to libpvhint; read inline). */
 PVRT_API extern int pvhint_want_mode;
 /* Context: any. */
-PVRT_API void pvhint_want_send(unsigned weight);
+PVRT_API bool pvhint_want_send(unsigned weight);
 /*
  * The caller is about to decide with the hints (a contended lock, a scheduler's placement).
  * A bpf source served by pvhintd or pvrt-run attaches its scheduler programs only while some
  * process wants hints (an attached program costs every context switch of the machine), and
- * detaches them a second after the last want: this tells it once a thread has wanted
- * PVHINT_WANT_MIN times within PVHINT_WANT_EVERY_NS (sustained demand: a lock that contends a
- * few hundred times a second is not worth the tax), at most once per PVHINT_WANT_EVERY_NS per
- * process (a coarse clock read and a compare otherwise; no system call).
- * pvhint_want_sustained(): the caller's own demand is sustained (a scheduler that runs work). Until
- * the programs are attached the records say "running": the first decisions of a quiet process see
- * no thread preempted, for about a millisecond. No-op for every other source. Context: any (a
- * signal handler too: it never blocks).
+ * detaches them a second after the last want; between, every record reads "running". This
+ * tells it once a thread has wanted PVHINT_WANT_MIN times within PVHINT_WANT_EVERY_NS
+ * (sustained demand: a lock that contends a few hundred times a second is not worth the tax),
+ * at most once per PVHINT_WANT_EVERY_NS per process (a coarse clock read and a compare
+ * otherwise; no system call). Returns whether this process's wants keep the programs attached
+ * (it sent one within PVHINT_WANT_LIVE_NS): when not, the caller should decide as with source
+ * none. Right after a first want the records read "running" for about a millisecond, until
+ * the server has attached. Always true for the other sources.
+ * pvhint_want_sustained(): the same, for a caller whose demand is sustained by itself (a
+ * scheduler while it runs work).
+ * Context: any (a signal handler too: it never blocks).
  */
-static inline void pvhint_want(void)
+static inline bool pvhint_want(void)
 {
 	if (__builtin_expect(__atomic_load_n(&pvhint_want_mode, __ATOMIC_RELAXED), 0))
-		pvhint_want_send(1);
+		return pvhint_want_send(1);
+	return true;
 }
 /* Context: any. */
-static inline void pvhint_want_sustained(void)
+static inline bool pvhint_want_sustained(void)
 {
 	if (__builtin_expect(__atomic_load_n(&pvhint_want_mode, __ATOMIC_RELAXED), 0))
-		pvhint_want_send(PVHINT_WANT_MIN);
+		return pvhint_want_send(PVHINT_WANT_MIN);
+	return true;
 }
 
 /*
@@ -266,7 +272,8 @@ PVRT_API int pvhint_bpf_stats(pvhint_t *h, struct pvhint_bpf_stats *out);
  * PVHINT_SERVE_STOP_IDLE and no client is connected (a client stays connected while it lives);
  * checked at least every 200 ms; stop may be NULL. A negative errno: the load failed.
  * From the call on, the program follows threads only while a client wants hints (pvhint_want)
- * or uses the vCPU page, and a second longer; the serving process's own handles want nothing.
+ * or uses the vCPU page, and a second longer (between, every record reads "running"); the
+ * serving process's own handles want nothing, and it returns with the programs detached.
  * tools/pvhintd, and pvrt-run (one instance for the process tree it starts).
  * Context: thread (it blocks).
  */

@@ -745,16 +745,17 @@ static void fork_while_claiming(void)
 static void wanted_only(pvhint_t *u, int s)
 {
 	CHECK(test_record_stops_following(u, s));
-	/* One want is not demand (PVHINT_WANT_MIN): nothing follows us after it. */
-	pvhint_want();
+	/* One want is not demand (PVHINT_WANT_MIN): nothing follows us after it, and it says so
+	 * (the caller decides as with source none). */
+	CHECK(!pvhint_want());
 	CHECK(!test_record_follows(u, s, 50));
-	bool on = false;
+	bool on = false, live = false;
 	for (int i = 0; i < 5000 && !on; i++) {
 		for (unsigned k = 0; k < PVHINT_WANT_MIN; k++)
-			pvhint_want();
+			live = pvhint_want();
 		on = test_record_follows(u, s, 1);
 	}
-	CHECK(on);
+	CHECK(on && live);
 	/* Attached afresh, the records were reset to "running": ours runs, and says so. */
 	CHECK(!(__atomic_load_n(&u->rec[s].preempted, __ATOMIC_RELAXED) & PVHINT_PREEMPTED));
 	CHECK(test_record_stops_following(u, s));

@@ -14,6 +14,8 @@
 #include "check.h"
 
 #include <pthread.h>
+#include <sched.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -53,7 +55,8 @@ static void *mutex_thread(void *arg)
 /* n threads of fn until stopped; 'check' runs meanwhile. */
 static void run(void *(*fn)(void *), unsigned n, void (*check)(void))
 {
-	pthread_t t[64];
+	pthread_t *t = calloc(n, sizeof(*t));
+	CHECK(t != NULL);
 	__atomic_store_n(&stop, 0, __ATOMIC_RELAXED);
 	for (unsigned i = 0; i < n; i++)
 		CHECK(!pthread_create(&t[i], NULL, fn, NULL));
@@ -61,6 +64,7 @@ static void run(void *(*fn)(void *), unsigned n, void (*check)(void))
 	__atomic_store_n(&stop, 1, __ATOMIC_RELAXED);
 	for (unsigned i = 0; i < n; i++)
 		CHECK(!pthread_join(t[i], NULL));
+	free(t);
 }
 
 static void check_barrier(void)
@@ -89,8 +93,10 @@ int main(void)
 	}
 	self = pvhint_self_vcpu();
 	CHECK(self > 0);
-	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-	unsigned n = cpus > 0 && cpus < 16 ? 2 * (unsigned)cpus + 1 : 33;
+	/* More threads a round than the CPUs the locks count (the process's affinity). */
+	cpu_set_t set;
+	CHECK(!sched_getaffinity(0, sizeof(set), &set));
+	unsigned n = 2 * (unsigned)CPU_COUNT(&set) + 1;
 	CHECK(!pthread_barrier_init(&bar, NULL, n));
 	run(barrier_thread, n, check_barrier);
 	run(mutex_thread, 4, check_mutex);

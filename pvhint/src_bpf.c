@@ -572,21 +572,23 @@ bool pvhint_want_send(unsigned weight)
 		return live;
 	/* Never wait here (lock paths, perhaps a signal handler): a thread that talks to the
 	 * daemon now holds dmu, and its process is known to be alive anyway; a full socket
-	 * buffer drops the want, and the next one, 0.1 s later, goes. */
-	/* A fork child's first want would reconnect (a blocking connect): its next claim does
-	 * that; until then it decides as with source none. */
+	 * buffer drops the want, and the next one, 0.1 s later, goes. A fork child's first want
+	 * would reconnect (a blocking connect): its next claim does that; until then it decides
+	 * as with source none. */
 	if (inst.dpid != getpid() || !os_lock_try(&inst.dmu))
 		return live;
 	int saved = errno;
 	int fd = daemon_fd();
 	struct dreq q = {.op = DMSG_WANT};
-	/* Live from now: the server attaches within about a millisecond, and until then the
-	 * records read "running" (pvhint_reset) or still hold the last values. */
-	if (fd >= 0 && send(fd, &q, sizeof(q), MSG_DONTWAIT | MSG_NOSIGNAL) == (ssize_t)sizeof(q))
+	/* Live from now: the server attaches within about a millisecond; until then the records
+	 * read "running" (pvhint_reset runs at every detach). */
+	if (fd >= 0 && send(fd, &q, sizeof(q), MSG_DONTWAIT | MSG_NOSIGNAL) == (ssize_t)sizeof(q)) {
 		__atomic_store_n(&want_sent, now, __ATOMIC_RELAXED);
+		live = true;
+	}
 	errno = saved;
 	os_unlock(&inst.dmu);
-	return now - __atomic_load_n(&want_sent, __ATOMIC_RELAXED) < PVHINT_WANT_LIVE_NS;
+	return live;
 }
 
 /* A slot for tid through pvhintd. */

@@ -5,7 +5,8 @@
  * Model. Threads attach to a vCPU (pvhint_emu_attach). A vCPU is emu_runnable while at least one of
  * its threads is neither parked (pvhint_thread_park/unpark bracket the runtime's blocking waits)
  * nor, in slice and noisy modes, seen sleeping in the kernel by the ksleep sampling
- * (emu_sample_threads), and halted otherwise, as a guest vCPU that executed HLT. vCPU v lives on
+ * (emu_sample_threads, also run at once when the bpf program posts a halt or wake-up: emu_kw_arm),
+ * and halted otherwise, as a guest vCPU that executed HLT. vCPU v lives on
  * pCPU v % P. A control thread runs the mode:
  *   slice   each pCPU round-robins over its emu_runnable vCPUs, one quantum each; a vCPU that halts
  *           gives the pCPU to the next emu_runnable one at once; a halted vCPU that wakes on a busy
@@ -45,13 +46,13 @@
  *     caller. The PARKED state changes only under the emulator lock, so this is race-free.
  *   - for other blocking calls, the control side reads the thread's state from
  *     /proc/thread-self/stat (opened at attach) and leaves a sleeping thread alone (it runs no user
- *     code), polling it every millisecond while the vCPU stays held and stopping it once it runs.
- *     Limits: a thread that wakes runs user code for up to that poll interval while its vCPU is
- *     held, and a thread seen running that enters a non-restarting call in the microseconds before
- *     the signal lands gets EINTR; the handler detects that case (x86-64, aarch64) and counts it in
- *     pvhint_emu_stats().eintr. Restartable calls (read, write, futex without timeout, ...) are
- *     restarted by SA_RESTART and unaffected.
- * A thread that blocks the stop signal is not stopped (the ack times out; counted).
+ *     code), polling it every millisecond (ksleep) while the vCPU stays held and stopping it once
+ *     it runs (at its wake-up with the bpf program's events). Limits: without them a thread that
+ *     wakes runs user code for up to that poll interval while its vCPU is held, and a thread seen
+ * running that enters a non-restarting call in the microseconds before the signal lands gets EINTR;
+ * the handler detects that case (x86-64, aarch64) and counts it in pvhint_emu_stats().eintr.
+ * Restartable calls (read, write, futex without timeout, ...) are restarted by SA_RESTART and
+ * unaffected. A thread that blocks the stop signal is not stopped (the ack times out; counted).
  *
  * fork(): the emulators a child inherits are inert there (see fork_child).
  *
@@ -73,6 +74,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -179,6 +182,29 @@ void emu_lock_leave(uint32_t *m)
  */
 void emu_ctl_sleep(struct pvhint_emu *e, uint64_t now, uint64_t until)
 {
+	if (e->kw.fd >= 0) {
+		/* ppoll, not epoll_wait: the slices and ack deadlines need better than 1 ms. */
+		struct pollfd pf[2] = {{.fd = e->kw.fd, .events = POLLIN},
+				       {.fd = e->kw_kick, .events = POLLIN}};
+		uint64_t rel = until == UINT64_MAX ? 0 : until - now;
+		struct timespec ts = {(time_t)(rel / OS_NS_PER_SEC), (long)(rel % OS_NS_PER_SEC)};
+		e->ctl_asleep = true;
+		emu_lock_leave(&e->lock);
+		int n = ppoll(pf, 2, until == UINT64_MAX ? NULL : &ts, NULL);
+		if (n > 0 && pf[0].revents) {
+			pvhint__bpf_kwatch_drain();
+			e->ksample_now = true; /* written by the control thread only */
+			e->kevents++;
+		}
+		if (n > 0 && pf[1].revents) {
+			uint64_t x;
+			ssize_t r = read(e->kw_kick, &x, sizeof(x));
+			(void)r; /* nonblocking: a kick made since the poll is read again later */
+		}
+		emu_lock_enter(&e->lock);
+		e->ctl_asleep = false;
+		return;
+	}
 	uint32_t k = __atomic_load_n(&e->kick, __ATOMIC_RELAXED);
 	emu_lock_leave(&e->lock);
 	emu_futex_wait(&e->kick, k, until == UINT64_MAX ? 0 : until - now);
@@ -299,6 +325,55 @@ static void fork_register(void)
 
 /* ---- open / close ---- */
 
+/*
+ * How khalt learns kernel sleeps (PVRT_EMU_KSTATE): "events" (the default) samples the bpf
+ * records every ksleep and at once when the program posts a vCPU's halt or wake-up; "sample"
+ * only every ksleep; "proc" reads /proc every ksleep. Where the program cannot load
+ * (unprivileged, no BTF, built without) events and sample fall back to proc.
+ */
+static int kstate_open(struct pvhint_emu *e)
+{
+	const char *ks = secure_getenv("PVRT_EMU_KSTATE");
+	bool events = true;
+
+	if (ks && *ks && strcmp(ks, "events")) {
+		if (!strcmp(ks, "proc"))
+			return 0;
+		if (strcmp(ks, "sample"))
+			return pvhint__fail(
+			    -EINVAL,
+			    "emu: PVRT_EMU_KSTATE=%.40s: expected events, sample or "
+			    "proc",
+			    ks);
+		events = false;
+	}
+	pvhint__bpf_prepare(); /* now: a load at the first attach would delay it */
+	if (!events)
+		return 0;
+	e->kw_kick = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (e->kw_kick < 0 || pvhint__bpf_kwatch_open(&e->kw)) {
+		/* Not loaded here, or another emulator has the events: sampling only. */
+		e->kw.fd = -1;
+		if (e->kw_kick >= 0)
+			close(e->kw_kick);
+		e->kw_kick = -1;
+	}
+	return 0;
+}
+
+static void kstate_close(struct pvhint_emu *e)
+{
+	int cs; /* close() is a cancellation point, and kwatch_close holds the instance's mutex */
+
+	if (e->kw.fd < 0)
+		return;
+	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cs);
+	pvhint__bpf_kwatch_close();
+	close(e->kw_kick);
+	pthread_setcancelstate(cs, NULL);
+	e->kw.fd = e->kw_kick = -1;
+}
+
 int pvhint__emu_open(struct pvhint_impl *im, const char *spec, const char *label)
 {
 	struct emu_conf c;
@@ -334,9 +409,16 @@ int pvhint__emu_open(struct pvhint_impl *im, const char *spec, const char *label
 	e->rng = c.seed ? c.seed : 0x9E3779B97F4A7C15ull;
 
 	e->im = im;
+	e->kw.fd = e->kw_kick = -1;
 	e->khalt = (c.mode == EMU_SLICE || c.mode == EMU_NOISY) && c.ksleep;
-	if (e->khalt)
-		pvhint__bpf_prepare(); /* now: a load at the first attach would delay it */
+	if (e->khalt) {
+		int cs; /* the loader and libbpf close files: cancellation points (emu_nap_ns) */
+		pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cs);
+		err = kstate_open(e);
+		pthread_setcancelstate(cs, NULL);
+		if (err)
+			goto fail_page;
+	}
 	pthread_once(&fork_once, fork_register);
 	emu_lock_enter(&emu_glock);
 	err = emu_sig_get(c.sig);
@@ -381,6 +463,7 @@ fail_sig:
 	emu_sig_put();
 	emu_lock_leave(&emu_glock);
 fail_page:
+	kstate_close(e);
 	pvhint__page_free(im);
 fail_mem:
 	free(e->busy);
@@ -419,6 +502,7 @@ void pvhint__emu_close(struct pvhint_impl *im)
 	emu_lock_leave(&e->lock);
 	if (e->ctl_started)
 		pthread_join(e->ctl, NULL);
+	kstate_close(e);
 
 	emu_lock_enter(&emu_glock);
 	emu_lock_enter(&e->lock);
@@ -442,6 +526,14 @@ void pvhint__emu_close(struct pvhint_impl *im)
 }
 
 /* ---- attach / detach ---- */
+
+/* Tell the program which emulated vCPU (+ 1; 0: none) t's kernel sleeps count for. Only t's own
+ * thread calls this: the program reads it at t's next switch, which comes after the store. */
+static void kw_name_vcpu(struct pvhint_emu *e, struct emu_thr *t, unsigned v1)
+{
+	if (e->kw.fd >= 0 && t->krec)
+		__atomic_store_n(&e->kw.vcpu1[t->kslot], (uint16_t)v1, __ATOMIC_RELAXED);
+}
 
 void emu_wait_hold(struct emu_thr *t)
 {
@@ -478,6 +570,7 @@ static void thr_release(struct emu_thr *t)
 			}
 		}
 		vc->nr_att--;
+		kw_name_vcpu(e, t, 0);
 		if (__atomic_load_n(&t->state, __ATOMIC_RELAXED) == THR_PARKED)
 			vc->nr_parked--;
 		emu_set_ksleep(e, vc, t, false);
@@ -564,8 +657,8 @@ static int attach(pvhint_t *h, unsigned v, bool parked, const char *fn)
 	int cs; /* open is a cancellation point: see emu_nap_ns */
 	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cs);
 	t->statfd = open("/proc/thread-self/stat", O_RDONLY | O_CLOEXEC);
-	if (e->khalt)
-		t->krec = pvhint__bpf_self_record(); /* the sampler's exact source, when it loads */
+	if (e->khalt) /* the sampler's exact source, when it loads */
+		t->krec = pvhint__bpf_self_record(&t->kslot);
 	pthread_setcancelstate(cs, NULL);
 	pthread_once(&key_once, make_key);
 	if (exit_key != (pthread_key_t)-1)
@@ -578,6 +671,7 @@ static int attach(pvhint_t *h, unsigned v, bool parked, const char *fn)
 	emu_lock_enter(&emu_glock);
 	emu_lock_enter(&e->lock);
 	t->emu = e;
+	kw_name_vcpu(e, t, v + 1);
 	t->next = e->vc[v].threads;
 	e->vc[v].threads = t;
 	e->vc[v].nr_att++;
@@ -657,6 +751,7 @@ int pvhint_emu_move(pvhint_t *h, unsigned v)
 		from->gone_stopped_ns += __atomic_exchange_n(&t->stopped_ns, 0, __ATOMIC_RELAXED);
 		from->gone_eintr += __atomic_exchange_n(&t->eintr, 0, __ATOMIC_RELAXED);
 		t->vcpu = v;
+		kw_name_vcpu(e, t, v + 1);
 		t->next = to->threads;
 		to->threads = t;
 		to->nr_att++;

@@ -3,6 +3,7 @@
 #ifndef PVHINT_EMU_H
 #define PVHINT_EMU_H
 
+#include "bpf/pvhint_bpf.h"
 #include "internal.h"
 #include "pvrt_os.h"
 
@@ -10,9 +11,12 @@
 
 #include <pthread.h>
 #include <stdbool.h>
+#include <sys/syscall.h>
 #include <sys/types.h>
+#include <unistd.h>
 
 #define EMU_MAX_VCPUS 1024u
+_Static_assert(EMU_MAX_VCPUS <= PVHINT_BPF_EMU_VCPUS, "the program counts every emulated vCPU");
 
 enum emu_mode { EMU_SLICE, EMU_NOISY, EMU_SCRIPT, EMU_RANDOM };
 
@@ -52,6 +56,7 @@ struct emu_thr {
 	uint32_t hold;		/* futex word: 1 while the vCPU is descheduled */
 	int statfd;		/* /proc/thread-self/stat of this thread: R or sleeping */
 	const struct pvhint_record *krec; /* its bpf thread slot (sleeping byte), or NULL */
+	int kslot;			  /* that slot (with krec) */
 	bool ksleep;	    /* control side (emu->lock): last seen sleeping in the kernel */
 	uint32_t in_hold;   /* in wait_hold(): blocked by the emulator, not by the program */
 	uint32_t deferred;  /* a stop landed while the thread held an emulator lock */
@@ -82,8 +87,17 @@ struct pvhint_emu {
 	uint32_t ctl_up; /* futex word: 1 once the control thread runs its own code (open waits) */
 	pthread_t ctl;
 	bool ctl_started, exiting;
-	bool khalt;	      /* slice/noisy with ksleep > 0: kernel sleep halts a vCPU */
-	bool dirty;	      /* a thread's ksleep changed: publish and step again */
+	bool khalt; /* slice/noisy with ksleep > 0: kernel sleep halts a vCPU */
+	bool dirty; /* a thread's ksleep changed: publish and step again */
+	/*
+	 * khalt with the bpf program's kernel-sleep events (kw.fd >= 0, see emu_kw_arm): the
+	 * control thread sleeps in ppoll on the event ring and on kw_kick (an eventfd that
+	 * emu_kick_ctl writes while ctl_asleep), and samples at once after an event (ksample_now).
+	 */
+	struct pvhint_kwatch kw;
+	int kw_kick;
+	bool ctl_asleep, ksample_now;
+	uint64_t kevents;     /* events the control thread woke for */
 	uint32_t dead;	      /* in a child of fork(): inert (see fork_child in emu.c) */
 	uint64_t next_sample; /* khalt: when the thread states are sampled next */
 	struct pvhint_impl *im;
@@ -143,7 +157,24 @@ static inline bool emu_runnable(const struct pvhint_emu *e, const struct emu_vcp
 static inline void emu_kick_ctl(struct pvhint_emu *e)
 {
 	__atomic_fetch_add(&e->kick, 1, __ATOMIC_RELAXED); /* ordered by the lock release */
-	os_futex_wake(&e->kick, 1);
+	if (e->kw.fd < 0) {
+		os_futex_wake(&e->kick, 1);
+	} else if (e->ctl_asleep) {
+		/* It set ctl_asleep under the lock before it dropped it: the eventfd stays
+		 * readable until it reads it, so it sleeps through none of these. */
+		e->ctl_asleep = false;
+		uint64_t one = 1;
+		/* Not write(): a cancellation point, and the caller may have a cancel pending
+		 * while it holds the emulator's locks. It cannot fail: the count stays small. */
+		(void)syscall(SYS_write, e->kw_kick, &one, sizeof(one));
+	}
+}
+
+/* The kernel-sleep edges the program posts for vCPU v (emu->lock held; see emu_kw_arm). */
+static inline void emu_kw_set_arm(struct pvhint_emu *e, unsigned v, uint8_t arm)
+{
+	if (e->kw.fd >= 0 && e->kw.arm[v] != arm)
+		__atomic_store_n(&e->kw.arm[v], arm, __ATOMIC_RELAXED);
 }
 
 /* emu.c */
@@ -168,6 +199,7 @@ void emu_run_vcpu(struct pvhint_emu *e, unsigned v, uint64_t now);
 bool emu_poll_kblocked(struct pvhint_emu *e);
 void emu_sample_threads(struct pvhint_emu *e);
 bool emu_sampling_wanted(const struct pvhint_emu *e);
+bool emu_kw_arm(struct pvhint_emu *e);
 uint64_t emu_reap_acks(struct pvhint_emu *e, uint64_t now);
 
 /* emu_model.c (emu->lock held, except the control thread's entry) */

@@ -225,10 +225,15 @@ void *emu_control_main(void *arg)
 		}
 		now = os_now_ns();
 		if (e->khalt) {
+			/* A posted halt or wake-up, or a count the model disagrees with: now. */
+			bool due = emu_kw_arm(e) || e->ksample_now;
+			e->ksample_now = false;
 			if (now >= e->next_sample) {
 				e->next_sample = now + e->c.ksleep;
-				emu_sample_threads(e);
+				due = true;
 			}
+			if (due)
+				emu_sample_threads(e);
 			/*
 			 * A vCPU halted or woke, seen by the sampling or by a stop that found its
 			 * thread asleep: emu_publish the flags and let the mode step again at once

@@ -330,6 +330,8 @@ bool emu_stop_begin(struct pvhint_emu *e, unsigned v, uint64_t now)
 		return false;
 	vc->desched = true;
 	vc->nr_desched++;
+	/* Its threads are about to block in the stop handler: that is no halt (see emu_kw_arm). */
+	emu_kw_set_arm(e, v, vc->nr_ksleep ? PVHINT_BPF_EMU_WAKE : 0);
 	emu_publish(e, now); /* 'preempted' first, as the host sets it at vcpu_put */
 	for (struct emu_thr *t = vc->threads; t; t = t->next)
 		__atomic_store_n(&t->hold, 1, __ATOMIC_SEQ_CST); /* Dekker: see stop_handler */
@@ -352,6 +354,8 @@ void emu_run_vcpu(struct pvhint_emu *e, unsigned v, uint64_t now)
 		return;
 	vc->desched = false;
 	vc->until = 0;
+	/* Its threads leave the stop handler: no wake-up from a halt (see emu_kw_arm). */
+	emu_kw_set_arm(e, v, PVHINT_BPF_EMU_HALT);
 	for (struct emu_thr *t = vc->threads; t; t = t->next) {
 		/* Script: only held vCPUs are polled. With khalt the sampling goes on. */
 		if (!e->khalt)
@@ -450,6 +454,62 @@ bool emu_sampling_wanted(const struct pvhint_emu *e)
 			if (sample_wanted(t, &e->vc[v]))
 				return true;
 	return false;
+}
+
+/*
+ * Arm the program's kernel-sleep events (pvhint.bpf.c, emu_note) for the model as it stands, so
+ * that the control thread wakes exactly for the kernel sleeps that change it:
+ *   a vCPU that runs and is runnable: its halt (its last awake thread blocks);
+ *   a vCPU halted with threads asleep in the kernel, or held with such threads (which were not
+ *   stopped: they would run user code while held if they woke): a wake-up;
+ *   otherwise nothing (all parked: unpark kicks; held threads block in the stop handler).
+ * The program updates a vCPU's count, then reads its arm; we store the arm, fence, then read the
+ * count: an edge that came before the arm is seen here. Returns true when a count disagrees with
+ * the model (a sample is due now; a thread not counted yet, or asleep in emu_wait_hold, makes
+ * that persist, which costs a sample per step, never a loop).
+ */
+/*
+ * Slice mode: a running vCPU's halt changes who runs only when another vCPU of its pCPU waits
+ * for it; otherwise it changes only its pCPU's is_idle, which the next sample publishes. Each
+ * halt seen is an emulated switch (signals, futex wake-ups: tens of microseconds of the control
+ * thread here), so the control thread wakes only for those.
+ */
+static bool halt_matters(const struct pvhint_emu *e, unsigned v)
+{
+	unsigned P = e->c.pcpus;
+
+	if (e->c.mode != EMU_SLICE)
+		return true;
+	for (unsigned w = v % P; w < e->c.vcpus; w += P)
+		if (w != v && emu_runnable(e, &e->vc[w]))
+			return true;
+	return false;
+}
+
+bool emu_kw_arm(struct pvhint_emu *e)
+{
+	bool stale = false;
+	uint8_t arm[64];
+
+	if (e->kw.fd < 0)
+		return false;
+	for (unsigned v0 = 0; v0 < e->c.vcpus; v0 += 64) {
+		unsigned n = e->c.vcpus - v0 < 64 ? e->c.vcpus - v0 : 64;
+		for (unsigned i = 0; i < n; i++) {
+			const struct emu_vcpu *vc = &e->vc[v0 + i];
+			arm[i] = vc->desched || !emu_runnable(e, vc)
+				     ? (vc->nr_ksleep ? PVHINT_BPF_EMU_WAKE : 0)
+				     : (halt_matters(e, v0 + i) ? PVHINT_BPF_EMU_HALT : 0);
+			emu_kw_set_arm(e, v0 + i, arm[i]);
+		}
+		__atomic_thread_fence(__ATOMIC_SEQ_CST);
+		for (unsigned i = 0; i < n; i++) {
+			uint32_t a = __atomic_load_n(&e->kw.awake[v0 + i], __ATOMIC_RELAXED);
+			stale |= (arm[i] == PVHINT_BPF_EMU_HALT && !a) ||
+				 (arm[i] == PVHINT_BPF_EMU_WAKE && a);
+		}
+	}
+	return stale;
 }
 
 /*

@@ -65,7 +65,24 @@ int pvhint__bpf_claim(void);
  * sampler reads /proc); then the calling thread's record in it, registering the thread (NULL when
  * not prepared). */
 void pvhint__bpf_prepare(void);
-const struct pvhint_record *pvhint__bpf_self_record(void);
+const struct pvhint_record *pvhint__bpf_self_record(int *slot);
+/*
+ * The emulator's kernel-sleep events (pvhint.bpf.c, emu_note), from the program this process
+ * loaded (pvhint__bpf_prepare); one emulator at a time (-EBUSY), -ENOTSUP without one. fd becomes
+ * readable (epoll) when an armed edge was posted; drain consumes the posts. The arrays are the
+ * program's: vcpu1 by slot (written by the thread itself: attach, move, detach), awake and arm by
+ * emulated vCPU (arm written by the control thread).
+ */
+struct pvhint_kwatch {
+	int fd;
+	uint16_t *vcpu1;
+	uint32_t *awake;
+	uint8_t *arm;
+	uint64_t *posted, *lost;
+};
+int pvhint__bpf_kwatch_open(struct pvhint_kwatch *w);
+void pvhint__bpf_kwatch_drain(void);
+void pvhint__bpf_kwatch_close(void);
 int pvhint__emu_open(struct pvhint_impl *im, const char *spec, const char *label);
 void pvhint__emu_close(struct pvhint_impl *im);
 void pvhint__emu_park(struct pvhint_impl *im);

@@ -271,6 +271,8 @@ static int load(void)
 	if (!err)
 		err =
 		    bpf_map__set_max_entries(s->maps.vpage, PVHINT_BPF_HDR_ELEMS + (uint32_t)ncpu);
+	if (!err) /* a ring is a power-of-2 number of pages; one holds 512 events */
+		err = bpf_map__set_max_entries(s->maps.emu_events, (uint32_t)sysconf(_SC_PAGESIZE));
 	/*
 	 * The wake-up programs only when the kernel keeps no sched_info (/proc/<pid>/schedstat
 	 * exists exactly with CONFIG_SCHED_INFO): there they start the wait that steal times.
@@ -1053,10 +1055,6 @@ static void *emu_map; /* the emulator's view of the thread page, never unmapped 
 void pvhint__bpf_prepare(void)
 {
 	static int failed; /* do not retry a load that failed */
-	const char *ks = secure_getenv("PVRT_EMU_KSTATE");
-
-	if (ks && !strcmp(ks, "proc"))
-		return;
 	int saved = errno;
 	char msg[256];
 	snprintf(msg, sizeof(msg), "%s", pvhint_errmsg()); /* a fallback: no error to report */
@@ -1072,13 +1070,70 @@ void pvhint__bpf_prepare(void)
 	errno = saved;
 }
 
-const struct pvhint_record *pvhint__bpf_self_record(void)
+const struct pvhint_record *pvhint__bpf_self_record(int *slot)
 {
 	char *map = __atomic_load_n(&emu_map, __ATOMIC_ACQUIRE);
 	if (!map)
 		return NULL;
 	int s = pvhint_tls_slot >= 0 ? pvhint_tls_slot : pvhint_slot_register();
+	*slot = s;
 	return s > 0 ? (const struct pvhint_record *)(map + PVHINT_HEADER_SIZE) + s : NULL;
+}
+
+/* The kernel-sleep events of the loaded program (pvhint.bpf.c, emu_note). */
+static struct ring_buffer *kw_ring;
+
+static int kw_event(void *ctx, void *data, size_t len)
+{
+	(void)ctx;
+	(void)data;
+	(void)len;
+	return 0; /* the control thread re-reads every thread's record: only the wake-up counts */
+}
+
+int pvhint__bpf_kwatch_open(struct pvhint_kwatch *w)
+{
+	int err = -EBUSY;
+
+	pthread_mutex_lock(&inst.mu);
+	struct pvhint_bpf *s = inst.skel;
+	if (!s || !emu_map)
+		err = -ENOTSUP; /* not loaded by this process (pvhint__bpf_prepare) */
+	else if (!kw_ring) {
+		struct pvhint_bpf__bss *b = s->bss;
+		/* Nothing counts while emu_watch is 0: start every count from zero. */
+		memset((void *)b->emu_vcpu1, 0, sizeof(b->emu_vcpu1));
+		memset((void *)b->emu_cv1, 0, sizeof(b->emu_cv1));
+		memset((void *)b->emu_awake, 0, sizeof(b->emu_awake));
+		memset((void *)b->emu_arm, 0, sizeof(b->emu_arm));
+		kw_ring = ring_buffer__new(bpf_map__fd(s->maps.emu_events), kw_event, NULL, NULL);
+		err = kw_ring ? 0 : -errno;
+		if (!err) {
+			w->fd = ring_buffer__epoll_fd(kw_ring);
+			w->vcpu1 = b->emu_vcpu1;
+			w->awake = b->emu_awake;
+			w->arm = b->emu_arm;
+			w->posted = (uint64_t *)&b->emu_posted;
+			w->lost = (uint64_t *)&b->emu_lost;
+			__atomic_store_n(&b->emu_watch, 1, __ATOMIC_SEQ_CST);
+		}
+	}
+	pthread_mutex_unlock(&inst.mu);
+	return err;
+}
+
+void pvhint__bpf_kwatch_drain(void)
+{
+	ring_buffer__consume(kw_ring);
+}
+
+void pvhint__bpf_kwatch_close(void)
+{
+	pthread_mutex_lock(&inst.mu);
+	__atomic_store_n(&inst.skel->bss->emu_watch, 0, __ATOMIC_SEQ_CST);
+	ring_buffer__free(kw_ring);
+	kw_ring = NULL;
+	pthread_mutex_unlock(&inst.mu);
 }
 
 #else /* !PVRT_HAVE_BPF */
@@ -1087,9 +1142,24 @@ void pvhint__bpf_prepare(void)
 {
 }
 
-const struct pvhint_record *pvhint__bpf_self_record(void)
+const struct pvhint_record *pvhint__bpf_self_record(int *slot)
 {
+	(void)slot;
 	return NULL;
+}
+
+int pvhint__bpf_kwatch_open(struct pvhint_kwatch *w)
+{
+	(void)w;
+	return -ENOTSUP;
+}
+
+void pvhint__bpf_kwatch_drain(void)
+{
+}
+
+void pvhint__bpf_kwatch_close(void)
+{
 }
 
 int pvhint_bpf_stats(pvhint_t *h, struct pvhint_bpf_stats *out)

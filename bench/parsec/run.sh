@@ -16,6 +16,8 @@
 #   BASE_BUILD another build dir: adds variant "base" (its pvrt-run), to compare two versions
 #              of pvrt in the same rounds
 #   CPUS      (default nproc)
+#   PVRT_EMU_KSTATE  passed on to the emu setting's runs: events (default), sample or proc
+#              (pvhint/README.md "Exact halts and wake-ups"); compare emu figures within one
 #   FIRST_ROUND (default 1) the number of the first round (it sets the variant order): a caller
 #              running one round at a time (tools/bench-report) still rotates the order
 set -eu

@@ -303,8 +303,10 @@ PVRT_API int pvhint_bpf_serve(int listen_fd, volatile int *stop);
  *                 vCPU whose threads are all parked or sleeping in the kernel (futex, read,
  *                 nanosleep, ...) is halted, as a guest vCPU in HLT (0: only parked threads
  *                 halt a vCPU; script and random modes never sample). The sample reads the
- *                 thread's bpf record where the bpf program loads, else /proc
- *                 (PVRT_EMU_KSTATE=proc forces /proc)
+ *                 thread's bpf record where the bpf program loads, else /proc; with the
+ *                 program, halts and wake-ups are also seen the moment they happen
+ *                 (PVRT_EMU_KSTATE=events, the default; sample: only every ksleep; proc:
+ *                 /proc every ksleep; another value: the open fails)
  *   export=PATH   also publish the page in the new file PATH (e.g. /dev/shm/pvrt-emu; -EEXIST
  *                 if PATH exists, even as a symbolic link), removed at close and at exit:
  *                 other processes read the emulated hints with the kvm source

@@ -262,6 +262,77 @@ static __always_inline void walk_cpu(__u32 cpu, __u32 idle)
 	bpf_loop((used + 63) / 64, walk_word, &x, 0);
 }
 
+/*
+ * The emulator's exact kernel sleeps (pvhint/README.md "Halting in the kernel"). An emulator of
+ * the loading process (pvhint/emu.c) names each attached thread's emulated vCPU (emu_vcpu1, by
+ * slot; 0: none). The program counts, per emulated vCPU, the slots it holds awake (not blocked
+ * in the kernel): emu_cv1 is the vCPU + 1 a slot is counted in, and every event of the slot's
+ * thread moves it to where it belongs now, so a slot whose vCPU changed, or that was counted
+ * before a switch the program missed, is right again at its next event. When a vCPU's last
+ * awake thread blocks (it halts, as a guest vCPU executing HLT) or a thread of a vCPU with none
+ * awake runs again, the program posts to emu_events, if the control thread armed that edge
+ * (emu_arm): the control thread sleeps on the ring and updates its model at once, instead of at
+ * its next sample. It wakes for vCPU halts and wake-ups, as a host does for HLT exits and kicks,
+ * not at every sleep of every thread. A missed edge (a full ring, a switch the program did not
+ * see, an arm racing an edge) is caught by the emulator's periodic sample.
+ */
+__u32 emu_watch; /* an emulator uses the events: nothing is counted while 0 */
+__u16 emu_vcpu1[PVHINT_BPF_SLOTS];
+__u16 emu_cv1[PVHINT_BPF_SLOTS];
+__u32 emu_awake[PVHINT_BPF_EMU_VCPUS];
+__u8 emu_arm[PVHINT_BPF_EMU_VCPUS];
+__u64 emu_posted, emu_lost;
+
+/* max_entries set to the page size by the loader. */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 4096);
+} emu_events SEC(".maps");
+
+/* Indices masked, not only compared: the verifier keeps the bound through any code shape. */
+#define EMU_V(v) ((v) & (PVHINT_BPF_EMU_VCPUS - 1))
+
+static __always_inline void emu_post(__u32 v, __u32 edge)
+{
+	/* Read after the count's atomic update (a full barrier): the control thread stores the
+	 * arm, fences and reads the count (emu_kw_arm), so one of the two sees the other. */
+	if (!(*(volatile __u8 *)&emu_arm[EMU_V(v)] & edge))
+		return;
+	if (bpf_ringbuf_output(&emu_events, &v, sizeof(v), 0))
+		__sync_fetch_and_add(&emu_lost, 1);
+	else
+		__sync_fetch_and_add(&emu_posted, 1);
+}
+
+/* Slot s's thread is awake (runs, or runnable) or blocked, as of this event. */
+static __always_inline void emu_note(__u32 s, int awake)
+{
+	if (!*(volatile __u32 *)&emu_watch || s >= PVHINT_BPF_SLOTS)
+		return;
+	s &= PVHINT_BPF_SLOTS - 1;
+	__u32 v1 = *(volatile __u16 *)&emu_vcpu1[s], have = emu_cv1[s];
+	__u32 want = awake ? v1 : 0;
+
+	if (v1 > PVHINT_BPF_EMU_VCPUS || have > PVHINT_BPF_EMU_VCPUS)
+		return; /* not a vCPU user space could name */
+	if (want == have) {
+		/* Blocked and not counted: attached since its last event (user space names the
+		 * vCPU, only the program counts). Its vCPU halts if nobody there is awake. */
+		if (!awake && v1 && !*(volatile __u32 *)&emu_awake[EMU_V(v1 - 1)])
+			emu_post(v1 - 1, PVHINT_BPF_EMU_HALT);
+		return;
+	}
+	emu_cv1[s] = (__u16)want;
+	if (have) {
+		__u32 old = __sync_fetch_and_sub(&emu_awake[EMU_V(have - 1)], 1);
+		/* The last awake thread of its vCPU blocks (not: it was detached or moved). */
+		if (old == 1 && have == v1)
+			emu_post(have - 1, PVHINT_BPF_EMU_HALT);
+	}
+	if (want && !__sync_fetch_and_add(&emu_awake[EMU_V(want - 1)], 1))
+		emu_post(want - 1, PVHINT_BPF_EMU_WAKE);
+}
+
 /* Thread 'tid' (slot s) leaves CPU 'cpu' (its state c). The counters are for the loader
  * (pvhint_bpf_stats): switch-outs, and switch-outs of a thread whose switch-in the program did
  * not see (see pvhint/README.md: kernel 6.18 loses a few sched_switch calls to the program; the
@@ -290,6 +361,7 @@ static __always_inline void switch_out(struct pvhint_bpf_cpu *c, __u32 s, int ti
 	r->sleeping = !runnable;
 	r->is_idle = (__u8)idle;
 	r->preempted = runnable ? PVHINT_PREEMPTED : 0;
+	emu_note(s, runnable); /* after 'sleeping': the control thread reads it at the event */
 }
 
 /* The kernel keeps every task's run-queue wait (sched_info) unless built without
@@ -336,6 +408,7 @@ static __always_inline void switch_in(__u32 s, int tid, __u32 cpu, __u64 now,
 	r->preempted = 0;
 	r->sleeping = 0;
 	r->is_idle = 0;
+	emu_note(s, 1);
 	(void)cpu;
 }
 
@@ -450,14 +523,18 @@ static __always_inline int on_wakeup(struct task_struct *p)
 	struct pvhint_bpf_slot *ps;
 	struct pvhint_record *r;
 
-	if (!slot_state(p->pid, &ps, &r) || ps->running)
+	__u32 s = slot_state(p->pid, &ps, &r);
+
+	if (!s || ps->running)
 		return 0;
 	if (!HAVE_SCHED_INFO && !ps->wait_start)
 		ps->wait_start = bpf_ktime_get_ns();
 	/* Stored only when changed: other CPUs read the record, each store costs them a miss. */
 	__u8 idle = (__u8)cpu_idle(task_cpu(p));
-	if (r->sleeping)
+	if (r->sleeping) {
 		r->sleeping = 0;
+		emu_note(s, 1);
+	}
 	if (r->is_idle != idle)
 		r->is_idle = idle;
 	return 0;
@@ -522,6 +599,8 @@ int BPF_PROG(pvhint_exit, struct task_struct *p)
 	ps->cpu1 = 0;
 	ps->wait_start = 0;
 	ps->running = 0;
+	emu_note(s, 0); /* out of its vCPU's count before the slot is reused */
+	emu_vcpu1[s & (PVHINT_BPF_SLOTS - 1)] = 0;
 	write_steal(r, 0, 0); /* the next owner starts from 0 */
 	r->preempted = 0;
 	r->sleeping = 0;

@@ -31,6 +31,12 @@
  * switches tasks: a copy of all vCPUs costs one kernel read each. */
 #define PVHINT_BPF_REFRESH_NS 20000u
 
+/* The emulator's kernel-sleep events (pvhint.bpf.c, emu_note): at most this many emulated vCPUs
+ * (EMU_MAX_VCPUS), and the edges a control thread arms per vCPU (emu_arm). */
+#define PVHINT_BPF_EMU_VCPUS 1024u
+#define PVHINT_BPF_EMU_HALT  1u /* post when the vCPU's last awake thread blocks */
+#define PVHINT_BPF_EMU_WAKE  2u /* post when a thread of a vCPU with none awake runs again */
+
 /* Per slot, private to the program, kept in the padding of the slot's record (at
  * PVHINT_BPF_PRIV_OFF; pvhint_abi.h: readers ignore it): every event of a thread writes its
  * record, and state on a line of its own cost each event a second cache miss. */

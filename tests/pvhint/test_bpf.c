@@ -742,13 +742,24 @@ static void fork_while_claiming(void)
 /* The daemon follows threads only while some client wants hints (pvhint_want), and stops about
  * a second after the last want: an attached program taxes every context switch of the machine.
  * A previous client's wants may still hold, hence the bounded waits. */
-static void wanted_only(pvhint_t *u, int s)
+/* A registered thread that sleeps in read() on a pipe until it is written. */
+struct sleeper {
+	int fd[2];
+	int slot; /* atomic: set once registered */
+};
+
+static void *sleeper_main(void *p)
 {
-	CHECK(test_record_stops_following(u, s));
-	/* One want is not demand (PVHINT_WANT_MIN): nothing follows us after it, and it says so
-	 * (the caller decides as with source none). */
-	CHECK(!pvhint_want());
-	CHECK(!test_record_follows(u, s, 50));
+	struct sleeper *z = p;
+	__atomic_store_n(&z->slot, pvhint_self_vcpu(), __ATOMIC_RELEASE);
+	char c;
+	CHECK(read(z->fd[0], &c, 1) == 1);
+	return NULL;
+}
+
+/* Sustained wants until the programs follow the calling thread (slot s) again. */
+static void want_until_attached(pvhint_t *u, int s)
+{
 	bool on = false, live = false;
 	for (int i = 0; i < 5000 && !on; i++) {
 		for (unsigned k = 0; k < PVHINT_WANT_MIN; k++)
@@ -756,8 +767,42 @@ static void wanted_only(pvhint_t *u, int s)
 		on = test_record_follows(u, s, 1);
 	}
 	CHECK(on && live);
+}
+
+static void wanted_only(pvhint_t *u, int s)
+{
+	CHECK(test_record_stops_following(u, s));
+	/* One want is not demand (PVHINT_WANT_MIN): nothing follows us after it, and it says so
+	 * (the caller decides as with source none). */
+	CHECK(!pvhint_want());
+	CHECK(!test_record_follows(u, s, 50));
+	want_until_attached(u, s);
 	/* Attached afresh, the records were reset to "running": ours runs, and says so. */
 	CHECK(!(__atomic_load_n(&u->rec[s].preempted, __ATOMIC_RELAXED) & PVHINT_PREEMPTED));
+	/* A thread asleep while followed reads sleeping; kept asleep through the detach and the
+	 * next attach (it never switches meanwhile), it reads what the resets wrote ("running"),
+	 * not the stale flag, which only its next switch-out could otherwise correct. */
+	struct sleeper z = {.slot = 0};
+	pthread_t zt;
+	CHECK(!pipe(z.fd));
+	CHECK(!pthread_create(&zt, NULL, sleeper_main, &z));
+	bool asleep = false;
+	for (int i = 0; i < 20000 && !asleep; i++) {
+		for (unsigned k = 0; k < PVHINT_WANT_MIN; k++)
+			pvhint_want(); /* stay attached meanwhile */
+		int zs = __atomic_load_n(&z.slot, __ATOMIC_ACQUIRE);
+		asleep = zs > 0 && __atomic_load_n(&u->rec[zs].sleeping, __ATOMIC_RELAXED);
+		test_sleep_us(500);
+	}
+	CHECK(asleep);
+	CHECK(test_record_stops_following(u, s));
+	CHECK_EQ(__atomic_load_n(&u->rec[z.slot].sleeping, __ATOMIC_RELAXED), 0);
+	want_until_attached(u, s);
+	CHECK_EQ(__atomic_load_n(&u->rec[z.slot].sleeping, __ATOMIC_RELAXED), 0);
+	CHECK(write(z.fd[1], "x", 1) == 1);
+	CHECK(!pthread_join(zt, NULL));
+	close(z.fd[0]);
+	close(z.fd[1]);
 	CHECK(test_record_stops_following(u, s));
 	printf("daemon client: the daemon followed threads only while wanted\n");
 }

@@ -194,7 +194,6 @@ void emu_ctl_sleep(struct pvhint_emu *e, uint64_t now, uint64_t until)
 		if (n > 0 && pf[0].revents) {
 			pvhint__bpf_kwatch_drain();
 			e->ksample_now = true; /* written by the control thread only */
-			e->kevents++;
 		}
 		if (n > 0 && pf[1].revents) {
 			uint64_t x;
@@ -489,7 +488,11 @@ void pvhint__emu_close(struct pvhint_impl *im)
 	struct pvhint_emu *e = im->emu;
 
 	if (__atomic_load_n(&e->dead, __ATOMIC_RELAXED)) {
-		/* Inherited through fork: no thread, no signal, no record left (fork_child). */
+		/* Inherited through fork: no thread, no signal, no record left (fork_child). The
+		 * program's counts and ring are the parent's (kwatch_close would end its events):
+		 * only our descriptor goes. */
+		if (e->kw_kick >= 0)
+			close(e->kw_kick);
 		emu_lock_enter(&emu_glock);
 		list_del(e);
 		emu_lock_leave(&emu_glock);

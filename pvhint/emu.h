@@ -97,7 +97,6 @@ struct pvhint_emu {
 	struct pvhint_kwatch kw;
 	int kw_kick;
 	bool ctl_asleep, ksample_now;
-	uint64_t kevents;     /* events the control thread woke for */
 	uint32_t dead;	      /* in a child of fork(): inert (see fork_child in emu.c) */
 	uint64_t next_sample; /* khalt: when the thread states are sampled next */
 	struct pvhint_impl *im;

@@ -226,7 +226,7 @@ void *emu_control_main(void *arg)
 		now = os_now_ns();
 		if (e->khalt) {
 			/* A posted halt or wake-up, or a count the model disagrees with: now. */
-			bool due = emu_kw_arm(e) || e->ksample_now;
+			bool stale = emu_kw_arm(e), due = stale || e->ksample_now;
 			e->ksample_now = false;
 			if (now >= e->next_sample) {
 				e->next_sample = now + e->c.ksleep;
@@ -248,6 +248,10 @@ void *emu_control_main(void *arg)
 			}
 			if (next > e->next_sample && emu_sampling_wanted(e))
 				next = e->next_sample;
+			/* A disagreement that outlasts a sample (a count that moves at a thread's
+			 * next switch, a parked thread still running) is looked at again soon. */
+			if (stale && next > now + 1000000)
+				next = now + 1000000;
 		} else if (emu_poll_kblocked(e) && next > now + 1000000) {
 			next = now + 1000000;
 		}

@@ -78,7 +78,6 @@ struct pvhint_kwatch {
 	uint16_t *vcpu1;
 	uint32_t *awake;
 	uint8_t *arm;
-	uint64_t *posted, *lost;
 };
 int pvhint__bpf_kwatch_open(struct pvhint_kwatch *w);
 void pvhint__bpf_kwatch_drain(void);

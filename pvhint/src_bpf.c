@@ -88,6 +88,7 @@ static struct {
 	bool ready;	 /* the page fds are set: loaded here, or received from pvhintd */
 	int dfd;	 /* connection to pvhintd (-1: the program is this process's) */
 	pid_t dpid;	 /* the process that made dfd (a fork child reconnects) */
+	pid_t load_pid;	 /* the process that loaded skel (a fork child shares its maps) */
 	/* One request on dfd at a time. An os_lock, not a pthread mutex: under the preload a
 	 * contended pthread mutex parks through pvrt's locks, whose park registers the waiting
 	 * thread (pvhint_self_vcpu), i.e. claims a slot through here again. */
@@ -271,7 +272,7 @@ static int load(void)
 	if (!err)
 		err =
 		    bpf_map__set_max_entries(s->maps.vpage, PVHINT_BPF_HDR_ELEMS + (uint32_t)ncpu);
-	if (!err) /* a ring is a power-of-2 number of pages; one holds 512 events */
+	if (!err) /* a ring is a power-of-2 number of pages; one holds 256 events */
 		err = bpf_map__set_max_entries(s->maps.emu_events, (uint32_t)sysconf(_SC_PAGESIZE));
 	/*
 	 * The wake-up programs only when the kernel keeps no sched_info (/proc/<pid>/schedstat
@@ -346,6 +347,7 @@ static int load(void)
 	inst.tid_fd = bpf_map__fd(s->maps.tid_slot);
 	inst.owner_fd = bpf_map__fd(s->maps.slot_owner);
 	inst.cursor = 1;
+	inst.load_pid = getpid();
 	/* Release: a claimer that sees the skeleton (or ready) sees the fds. */
 	__atomic_store_n(&inst.skel, s, __ATOMIC_RELEASE);
 	__atomic_store_n(&inst.ready, true, __ATOMIC_RELEASE);
@@ -1059,7 +1061,9 @@ void pvhint__bpf_prepare(void)
 	char msg[256];
 	snprintf(msg, sizeof(msg), "%s", pvhint_errmsg()); /* a fallback: no error to report */
 	pthread_mutex_lock(&inst.mu);
-	if (!inst.skel && !failed)
+	/* Not while this process uses pvhintd's page: its threads' slots are the daemon's, and
+	 * the emulator would read (and name) other threads' records in a page of its own. */
+	if (!inst.skel && !failed && !(inst.ready && inst.dfd >= 0))
 		failed = load() != 0;
 	if (inst.skel && !emu_map) {
 		void *p = mmap(NULL, inst.len, PROT_READ, MAP_SHARED, inst.page_fd, 0);
@@ -1082,6 +1086,7 @@ const struct pvhint_record *pvhint__bpf_self_record(int *slot)
 
 /* The kernel-sleep events of the loaded program (pvhint.bpf.c, emu_note). */
 static struct ring_buffer *kw_ring;
+static pid_t kw_pid; /* the process that opened kw_ring */
 
 static int kw_event(void *ctx, void *data, size_t len)
 {
@@ -1097,8 +1102,10 @@ int pvhint__bpf_kwatch_open(struct pvhint_kwatch *w)
 
 	pthread_mutex_lock(&inst.mu);
 	struct pvhint_bpf *s = inst.skel;
-	if (!s || !emu_map)
-		err = -ENOTSUP; /* not loaded by this process (pvhint__bpf_prepare) */
+	/* Not loaded by this process (pvhint__bpf_prepare), or inherited through fork: the
+	 * counts, arms and ring are the parent's (MAP_SHARED), and so is the ring's consumer. */
+	if (!s || !emu_map || (kw_pid && kw_pid != getpid()) || inst.load_pid != getpid())
+		err = -ENOTSUP;
 	else if (!kw_ring) {
 		struct pvhint_bpf__bss *b = s->bss;
 		/* Nothing counts while emu_watch is 0: start every count from zero. */
@@ -1113,8 +1120,7 @@ int pvhint__bpf_kwatch_open(struct pvhint_kwatch *w)
 			w->vcpu1 = b->emu_vcpu1;
 			w->awake = b->emu_awake;
 			w->arm = b->emu_arm;
-			w->posted = (uint64_t *)&b->emu_posted;
-			w->lost = (uint64_t *)&b->emu_lost;
+			kw_pid = getpid();
 			__atomic_store_n(&b->emu_watch, 1, __ATOMIC_SEQ_CST);
 		}
 	}

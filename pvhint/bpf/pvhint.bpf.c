@@ -269,19 +269,21 @@ static __always_inline void walk_cpu(__u32 cpu, __u32 idle)
  * in the kernel): emu_cv1 is the vCPU + 1 a slot is counted in, and every event of the slot's
  * thread moves it to where it belongs now, so a slot whose vCPU changed, or that was counted
  * before a switch the program missed, is right again at its next event. When a vCPU's last
- * awake thread blocks (it halts, as a guest vCPU executing HLT) or a thread of a vCPU with none
- * awake runs again, the program posts to emu_events, if the control thread armed that edge
- * (emu_arm): the control thread sleeps on the ring and updates its model at once, instead of at
- * its next sample. It wakes for vCPU halts and wake-ups, as a host does for HLT exits and kicks,
- * not at every sleep of every thread. A missed edge (a full ring, a switch the program did not
- * see, an arm racing an edge) is caught by the emulator's periodic sample.
+ * awake thread blocks (it halts, as a guest vCPU executing HLT), or whenever a thread of a vCPU
+ * armed for wake-ups runs again, the program posts to emu_events, if the control thread armed
+ * that edge (emu_arm): the control thread sleeps on the ring and updates its model at once,
+ * instead of at its next sample. It wakes for vCPU halts and wake-ups, as a host does for HLT
+ * exits and kicks, not at every sleep of every thread. A wake-up is posted for any thread, not
+ * only on a count leaving 0: a thread that detached or moved is counted where it was until its
+ * next switch, and that count must not hide the wake-up of the thread the model waits for. A missed
+ * edge (a full ring, a switch the program did not see, an arm racing an edge) is caught by the
+ * emulator's periodic sample.
  */
 __u32 emu_watch; /* an emulator uses the events: nothing is counted while 0 */
 __u16 emu_vcpu1[PVHINT_BPF_SLOTS];
 __u16 emu_cv1[PVHINT_BPF_SLOTS];
 __u32 emu_awake[PVHINT_BPF_EMU_VCPUS];
 __u8 emu_arm[PVHINT_BPF_EMU_VCPUS];
-__u64 emu_posted, emu_lost;
 
 /* max_entries set to the page size by the loader. */
 struct {
@@ -298,10 +300,8 @@ static __always_inline void emu_post(__u32 v, __u32 edge)
 	 * arm, fences and reads the count (emu_kw_arm), so one of the two sees the other. */
 	if (!(*(volatile __u8 *)&emu_arm[EMU_V(v)] & edge))
 		return;
-	if (bpf_ringbuf_output(&emu_events, &v, sizeof(v), 0))
-		__sync_fetch_and_add(&emu_lost, 1);
-	else
-		__sync_fetch_and_add(&emu_posted, 1);
+	/* A full ring already wakes the control thread, which re-reads every record. */
+	bpf_ringbuf_output(&emu_events, &v, sizeof(v), 0);
 }
 
 /* Slot s's thread is awake (runs, or runnable) or blocked, as of this event. */
@@ -318,19 +318,23 @@ static __always_inline void emu_note(__u32 s, int awake)
 	if (want == have) {
 		/* Blocked and not counted: attached since its last event (user space names the
 		 * vCPU, only the program counts). Its vCPU halts if nobody there is awake. */
-		if (!awake && v1 && !*(volatile __u32 *)&emu_awake[EMU_V(v1 - 1)])
+		/* An atomic read: a full barrier after our 'sleeping' store, as on the counted
+		 * path, so the control thread's arm-fence-count sees one or the other. */
+		if (!awake && v1 && !__sync_fetch_and_add(&emu_awake[EMU_V(v1 - 1)], 0))
 			emu_post(v1 - 1, PVHINT_BPF_EMU_HALT);
 		return;
 	}
 	emu_cv1[s] = (__u16)want;
 	if (have) {
-		__u32 old = __sync_fetch_and_sub(&emu_awake[EMU_V(have - 1)], 1);
-		/* The last awake thread of its vCPU blocks (not: it was detached or moved). */
-		if (old == 1 && have == v1)
+		/* The last one counted there blocks, or leaves after a detach or a move, which
+		 * may be the halt its vCPU's real last thread could not post meanwhile. */
+		if (__sync_fetch_and_sub(&emu_awake[EMU_V(have - 1)], 1) == 1)
 			emu_post(have - 1, PVHINT_BPF_EMU_HALT);
 	}
-	if (want && !__sync_fetch_and_add(&emu_awake[EMU_V(want - 1)], 1))
+	if (want) {
+		__sync_fetch_and_add(&emu_awake[EMU_V(want - 1)], 1);
 		emu_post(want - 1, PVHINT_BPF_EMU_WAKE);
+	}
 }
 
 /* Thread 'tid' (slot s) leaves CPU 'cpu' (its state c). The counters are for the loader

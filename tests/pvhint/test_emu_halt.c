@@ -10,7 +10,10 @@
  *     keeps vCPU 0 runnable and vCPU 1 loses about half its pCPU: the check in 1 can fail.
  *  1-2 again where the bpf program loads (root, BTF), with ksleep=30s: the halt and the wake-up
  *     are seen within seconds, from the program's events (and counts), not the periodic sample
- *     (pvhint/README.md "Exact halts and wake-ups").
+ *     (pvhint/README.md "Exact halts and wake-ups"). With a 10 s quantum as well, no step of
+ *     the model comes between, so only the halt event can give vCPU 1 the pCPU. And a thread
+ *     that attached to the halted vCPU, detached and runs on without a switch (its count stays
+ *     there) must not hide the sleeper's wake-up.
  *  4. Noisy mode, one vCPU: while its thread sleeps in read() its pCPU reads idle outside the
  *     neighbour's share (is_idle about 0.7 of the time); once the thread spins, almost never.
  *  5. Liveness: rounds of threads that attach (often to a held vCPU), meet in a glibc barrier
@@ -28,6 +31,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -36,10 +40,13 @@ static int pfd[2];
 static int done;
 static uint64_t a_progress, b_progress;
 
+static int reader_tid; /* atomic */
+
 static void *reader(void *arg)
 {
 	(void)arg;
 	CHECK(!pvhint_emu_attach(h, 0));
+	__atomic_store_n(&reader_tid, (int)gettid(), __ATOMIC_RELEASE);
 	char c;
 	ssize_t n = read(pfd[0], &c, 1); /* a plain kernel sleep; SA_RESTART: no EINTR */
 	CHECK(n == 1);
@@ -151,6 +158,130 @@ static void run(const char *name)
 	__atomic_store_n(&a_progress, 0, __ATOMIC_RELAXED);
 }
 
+/* Only the halt event gives vCPU 1 the pCPU: no periodic step or sample within 10 s. */
+static void exact_halt(void)
+{
+	CHECK(!pvhint_open(&(struct pvhint_options){.source = "emu",
+						    .emu = "vcpus=2,pcpus=1,quantum=10s,"
+							   "mode=slice,ksleep=30s"},
+			   &h));
+	CHECK(!pipe(pfd));
+	__atomic_store_n(&done, 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&reader_tid, 0, __ATOMIC_RELAXED);
+	pthread_t ta, tb;
+	CHECK(!pthread_create(&ta, NULL, reader, NULL));
+	/* The reader asleep before the spinner attaches: a spinner first would hold the pCPU for
+	 * the whole quantum, the reader waiting for its turn. */
+	uint64_t t0 = os_now_ns();
+	for (char state = 0; state != 'S';) {
+		CHECK(os_now_ns() - t0 < 10000000000ull);
+		test_sleep_us(1000);
+		int tid = __atomic_load_n(&reader_tid, __ATOMIC_ACQUIRE);
+		char path[64], buf[512];
+		snprintf(path, sizeof(path), "/proc/self/task/%d/stat", tid);
+		FILE *f = tid ? fopen(path, "r") : NULL;
+		if (f) {
+			size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+			buf[n] = 0;
+			fclose(f);
+			char *p = strrchr(buf, ')');
+			state = p && p[1] ? p[2] : 0;
+		}
+	}
+	CHECK(!pthread_create(&tb, NULL, spinner, NULL));
+	struct pvhint_emu_stats st;
+	t0 = os_now_ns();
+	do {
+		CHECK(os_now_ns() - t0 < 5000000000ull);
+		test_sleep_us(1000);
+		CHECK(!pvhint_emu_stats(h, 0, &st));
+	} while (st.threads != 1 || st.ksleep != 1 || pvhint_vcpu_preempted(h, 1));
+	printf("quantum=10s: vCPU 0 halted and vCPU 1 running after %llu ms\n",
+	       (unsigned long long)((os_now_ns() - t0) / 1000000));
+	/* The spinner detaches first: vCPU 1 empties and the reader's vCPU can run. */
+	__atomic_store_n(&done, 1, __ATOMIC_RELEASE);
+	CHECK(!pthread_join(tb, NULL));
+	CHECK(write(pfd[1], "x", 1) == 1);
+	CHECK(!pthread_join(ta, NULL));
+	close(pfd[0]);
+	close(pfd[1]);
+	pvhint_close(h);
+}
+
+static int d_detached; /* atomic */
+
+static void pin(int cpu)
+{
+	cpu_set_t set;
+	CPU_ZERO(&set);
+	CPU_SET(cpu, &set);
+	CHECK(!pthread_setaffinity_np(pthread_self(), sizeof(set), &set));
+}
+
+/* Counted on vCPU 0, then detached and running on CPU 1 (SCHED_FIFO: no switch) for 50 ms. */
+static void *detacher(void *arg)
+{
+	(void)arg;
+	pin(1);
+	struct sched_param sp = {.sched_priority = 10};
+	CHECK(!pthread_setschedparam(pthread_self(), SCHED_FIFO, &sp));
+	CHECK(!pvhint_emu_attach(h, 0));
+	test_sleep_us(2000); /* a switch-in with its vCPU named: counted on vCPU 0 */
+	CHECK(!pvhint_emu_detach(h));
+	__atomic_store_n(&d_detached, 1, __ATOMIC_RELEASE);
+	uint64_t t0 = os_now_ns();
+	while (os_now_ns() - t0 < 50000000ull)
+		;
+	sp.sched_priority = 0;
+	CHECK(!pthread_setschedparam(pthread_self(), SCHED_OTHER, &sp));
+	return NULL;
+}
+
+static void detach_phantom(void)
+{
+	cpu_set_t old;
+	CHECK(!pthread_getaffinity_np(pthread_self(), sizeof(old), &old));
+	pin(0); /* the control thread inherits CPU 0 */
+	CHECK(!pvhint_open(&(struct pvhint_options){.source = "emu",
+						    .emu = "vcpus=2,pcpus=1,quantum=2ms,"
+							   "mode=slice,ksleep=30s"},
+			   &h));
+	CHECK(!pthread_setaffinity_np(pthread_self(), sizeof(old), &old));
+	CHECK(!pipe(pfd));
+	__atomic_store_n(&done, 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&d_detached, 0, __ATOMIC_RELAXED);
+	pthread_t ta, tb, td;
+	CHECK(!pthread_create(&ta, NULL, reader, NULL));
+	CHECK(!pthread_create(&tb, NULL, spinner, NULL));
+	struct pvhint_emu_stats st;
+	uint64_t t0 = os_now_ns();
+	do {
+		CHECK(os_now_ns() - t0 < 5000000000ull);
+		test_sleep_us(1000);
+		CHECK(!pvhint_emu_stats(h, 0, &st));
+	} while (st.threads != 1 || st.ksleep != 1);
+	CHECK(!pthread_create(&td, NULL, detacher, NULL));
+	while (!__atomic_load_n(&d_detached, __ATOMIC_ACQUIRE))
+		test_sleep_us(1000);
+	CHECK(write(pfd[1], "x", 1) == 1);
+	t0 = os_now_ns();
+	do {
+		CHECK(os_now_ns() - t0 < 10000000000ull);
+		test_sleep_us(1000);
+		CHECK(!pvhint_emu_stats(h, 0, &st));
+	} while (st.ksleep);
+	printf("detached thread still counted on vCPU 0: the reader's wake-up seen after %llu ms\n",
+	       (unsigned long long)((os_now_ns() - t0) / 1000000));
+	__atomic_store_n(&done, 1, __ATOMIC_RELEASE);
+	CHECK(!pthread_join(ta, NULL));
+	CHECK(!pthread_join(tb, NULL));
+	CHECK(!pthread_join(td, NULL));
+	close(pfd[0]);
+	close(pfd[1]);
+	pvhint_close(h);
+	__atomic_store_n(&a_progress, 0, __ATOMIC_RELAXED);
+}
+
 static double idle_frac(uint64_t ms)
 {
 	uint64_t t0 = os_now_ns();
@@ -245,6 +376,8 @@ int main(void)
 	if (!err) {
 		pvhint_close(b);
 		run("ksleep=30s"); /* the program loaded in this process: its events */
+		exact_halt();
+		detach_phantom();
 	} else {
 		printf("ksleep=30s: skipped, the bpf program does not load here: %s\n",
 		       pvhint_errmsg());

@@ -158,6 +158,18 @@ static void run(const char *name)
 	__atomic_store_n(&a_progress, 0, __ATOMIC_RELAXED);
 }
 
+/* Within 10 s: vCPU 0's one thread (the reader) is seen asleep in the kernel. */
+static void wait_reader_asleep(void)
+{
+	struct pvhint_emu_stats st;
+	uint64_t t0 = os_now_ns();
+	do {
+		CHECK(os_now_ns() - t0 < 10000000000ull);
+		test_sleep_us(1000);
+		CHECK(!pvhint_emu_stats(h, 0, &st));
+	} while (st.threads != 1 || st.ksleep != 1);
+}
+
 /* Only the halt event gives vCPU 1 the pCPU: no periodic step or sample within 10 s. */
 static void exact_halt(void)
 {
@@ -254,17 +266,12 @@ static void detach_phantom(void)
 	CHECK(!pthread_create(&ta, NULL, reader, NULL));
 	CHECK(!pthread_create(&tb, NULL, spinner, NULL));
 	struct pvhint_emu_stats st;
-	uint64_t t0 = os_now_ns();
-	do {
-		CHECK(os_now_ns() - t0 < 5000000000ull);
-		test_sleep_us(1000);
-		CHECK(!pvhint_emu_stats(h, 0, &st));
-	} while (st.threads != 1 || st.ksleep != 1);
+	wait_reader_asleep();
 	CHECK(!pthread_create(&td, NULL, detacher, NULL));
 	while (!__atomic_load_n(&d_detached, __ATOMIC_ACQUIRE))
 		test_sleep_us(1000);
 	CHECK(write(pfd[1], "x", 1) == 1);
-	t0 = os_now_ns();
+	uint64_t t0 = os_now_ns();
 	do {
 		CHECK(os_now_ns() - t0 < 10000000000ull);
 		test_sleep_us(1000);
@@ -304,13 +311,7 @@ static void noisy_idle(void)
 	__atomic_store_n(&done, 0, __ATOMIC_RELAXED);
 	pthread_t ta;
 	CHECK(!pthread_create(&ta, NULL, reader, NULL));
-	struct pvhint_emu_stats st;
-	uint64_t t0 = os_now_ns();
-	do {
-		CHECK(os_now_ns() - t0 < 10000000000ull);
-		test_sleep_us(1000);
-		CHECK(!pvhint_emu_stats(h, 0, &st));
-	} while (st.threads != 1 || st.ksleep != 1);
+	wait_reader_asleep();
 	double asleep = idle_frac(300);
 	CHECK(write(pfd[1], "x", 1) == 1);
 	while (!__atomic_load_n(&a_progress, __ATOMIC_RELAXED))

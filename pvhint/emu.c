@@ -46,13 +46,14 @@
  *     caller. The PARKED state changes only under the emulator lock, so this is race-free.
  *   - for other blocking calls, the control side reads the thread's state from
  *     /proc/thread-self/stat (opened at attach) and leaves a sleeping thread alone (it runs no user
- *     code), polling it every millisecond (ksleep) while the vCPU stays held and stopping it once
- *     it runs (at its wake-up with the bpf program's events). Limits: without them a thread that
- *     wakes runs user code for up to that poll interval while its vCPU is held, and a thread seen
- * running that enters a non-restarting call in the microseconds before the signal lands gets EINTR;
- * the handler detects that case (x86-64, aarch64) and counts it in pvhint_emu_stats().eintr.
- * Restartable calls (read, write, futex without timeout, ...) are restarted by SA_RESTART and
- * unaffected. A thread that blocks the stop signal is not stopped (the ack times out; counted).
+ *     code), polling it every ksleep while the vCPU stays held and stopping it once it runs (at
+ *     its wake-up, with the bpf program's events). Limits: without the events, a thread that wakes
+ *     runs user code for up to that poll interval while its vCPU is held; a thread seen running
+ *     that enters a non-restarting call in the microseconds before the signal lands gets EINTR;
+ *     the handler detects that case (x86-64, aarch64) and counts it in pvhint_emu_stats().eintr.
+ *     Restartable calls (read, write, futex without timeout, ...) are restarted by SA_RESTART and
+ *     unaffected.
+ * A thread that blocks the stop signal is not stopped (the ack times out; counted).
  *
  * fork(): the emulators a child inherits are inert there (see fork_child).
  *

@@ -457,18 +457,6 @@ bool emu_sampling_wanted(const struct pvhint_emu *e)
 }
 
 /*
- * Arm the program's kernel-sleep events (pvhint.bpf.c, emu_note) for the model as it stands, so
- * that the control thread wakes exactly for the kernel sleeps that change it:
- *   a vCPU that runs and is runnable: its halt (its last awake thread blocks);
- *   a vCPU halted with threads asleep in the kernel, or held with such threads (which were not
- *   stopped: they would run user code while held if they woke): a wake-up;
- *   otherwise nothing (all parked: unpark kicks; held threads block in the stop handler).
- * The program updates a vCPU's count, then reads its arm; we store the arm, fence, then read the
- * count: an edge that came before the arm is seen here. Returns true when a count disagrees with
- * the model (a sample is due now; a thread not counted yet, or asleep in emu_wait_hold, makes
- * that persist, which costs a sample per step, never a loop).
- */
-/*
  * Slice mode: a running vCPU's halt changes who runs only when another vCPU of its pCPU waits
  * for it; otherwise it changes only its pCPU's is_idle, which the next sample publishes. Each
  * halt seen is an emulated switch (signals, futex wake-ups: tens of microseconds of the control
@@ -486,6 +474,19 @@ static bool halt_matters(const struct pvhint_emu *e, unsigned v)
 	return false;
 }
 
+/*
+ * Arm the program's kernel-sleep events (pvhint.bpf.c, emu_note) for the model as it stands, so
+ * that the control thread wakes exactly for the kernel sleeps that change it:
+ *   a vCPU that runs and is runnable: its halt (its last awake thread blocks), in slice mode
+ *   only when another vCPU waits for its pCPU (halt_matters);
+ *   a vCPU halted with threads asleep in the kernel, or held with such threads (which were not
+ *   stopped: they would run user code while held if they woke): a wake-up;
+ *   otherwise nothing (all parked: unpark kicks; held threads block in the stop handler).
+ * The program updates a vCPU's count, then reads its arm; we store the arm, fence, then read the
+ * count: an edge that came before the arm is seen here. Returns true when a count disagrees with
+ * the model: a sample is due now, and again within 1 ms while it lasts (a thread not counted yet,
+ * or asleep in emu_wait_hold, makes it persist: a sample a millisecond, never a loop).
+ */
 bool emu_kw_arm(struct pvhint_emu *e)
 {
 	bool stale = false;

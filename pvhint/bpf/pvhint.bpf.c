@@ -309,6 +309,9 @@ static __always_inline void emu_note(__u32 s, int awake)
 {
 	if (!*(volatile __u32 *)&emu_watch || s >= PVHINT_BPF_SLOTS)
 		return;
+	/* The compiler drops a mask it can prove redundant after the compare, and 6.1's verifier
+	 * does not carry that compare's bound to the register it then indexes with. */
+	barrier_var(s);
 	s &= PVHINT_BPF_SLOTS - 1;
 	__u32 v1 = *(volatile __u16 *)&emu_vcpu1[s], have = emu_cv1[s];
 	__u32 want = awake ? v1 : 0;

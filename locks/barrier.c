@@ -1,24 +1,27 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * pvrt_barrier. An arrival reads the round number 'gen' and counts itself
- * in 'arrived' under a small internal lock; the last arrival of a round
- * resets 'arrived' and bumps 'gen' (release), which ends the round for
- * everyone. Waiters spin briefly on 'gen' unless some other vCPU is preempted
- * or the round has more threads than there are CPUs (a peer they wait for may
- * then not be running: spinning would only burn the CPU that peer needs),
- * then park on it.
+ * pvrt_barrier. One 64-bit word, 'state', holds the round: its low half counts
+ * the arrivals, its high half is the round number << 2 with the kinds of
+ * waiters asleep in its two low bits (KSLEEP, USLEEP). An arrival counts
+ * itself with one compare-and-swap on the whole word, so it reads the round
+ * and joins it in one step and nobody ever waits for a preempted holder of an
+ * internal lock; the last arrival's swap clears the count, bumps the round
+ * and takes the kinds asleep, all at once (release), which ends the round for
+ * everyone. Waiters spin briefly on the round unless some other vCPU is
+ * preempted or the round has more threads than there are CPUs (a peer they
+ * wait for may then not be running: spinning would only burn the CPU that
+ * peer needs), then park on the high half.
  *
- * Thread waiters sleep in the kernel futex on 'gen' itself, so the last
- * arrival wakes all of them with one system call (as glibc's barrier), not
- * one per waiter: under oversubscription the waker is often preempted by the
- * first thread it wakes, and the rest of a one-by-one wake-up then waits for
- * the waker's next time slice. ULTs park through rt_futex (they switch
- * away). Which kinds sleep is kept in 'sleepers' (KSLEEP, USLEEP): a waiter
- * sets its bit, then the kernel (or rt_futex) compares 'gen'; the last
- * arrival stores 'gen', then takes the bits and wakes only what they name
- * (both sides sequentially consistent, so one of them sees the other). It
- * takes them under the internal lock, before the next round's arrivals can
- * register, so it never takes a bit of a waiter of the next round.
+ * Thread waiters sleep in the kernel futex on the high half itself, so the
+ * last arrival wakes all of them with one system call (as glibc's barrier),
+ * not one per waiter: under oversubscription the waker is often preempted by
+ * the first thread it wakes, and the rest of a one-by-one wake-up then waits
+ * for the waker's next time slice. ULTs park through rt_futex (they switch
+ * away). A waiter sets its kind's bit in the word, then the kernel (or
+ * rt_futex) compares the high half with the value it set; the bit and the
+ * round's end are changes of one word, so either the last arrival's swap sees
+ * the bit, or the waiter's compare sees the new round. A waiter of the next
+ * round can only set a bit after that swap: the last arrival never takes it.
  */
 #define _GNU_SOURCE
 #include <pvrt/barrier.h>
@@ -63,34 +66,46 @@ static void leave(lk_barrier_t *b)
 		lk_wake(&b->inside, INT32_MAX);
 }
 
+/* The high half of the state: the futex word (little-endian: the word's upper 32 bits). */
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the futex is the state's high half");
+static inline uint32_t *round_word(lk_barrier_t *b)
+{
+	return (uint32_t *)(void *)&b->state + 1;
+}
+static inline uint32_t hi(uint64_t s)
+{
+	return (uint32_t)(s >> 32);
+}
+static inline uint32_t round_of(uint64_t s)
+{
+	return hi(s) >> 2;
+}
+
 int pvrt_barrier_wait(pvrt_barrier_t *pb)
 {
 	lk_barrier_t *b = lk_barrier_of(pb);
 	__atomic_fetch_add(&b->inside, 1, __ATOMIC_RELAXED);
-	/* Arrival under the internal lock: reading the round and counting ourselves in it must
-	 * be one step, or an arrival racing with the end of a round (more threads than 'count')
-	 * could count itself in the next round while waiting on the old one. */
-	uint32_t *ilock = &b->ilock, *sleepers = &b->sleepers;
-	lk_ilock(ilock, C);
-	uint32_t g = __atomic_load_n(&b->gen, __ATOMIC_RELAXED);
-	uint32_t a = ++b->arrived;
+	/* Arrive: one swap reads the round and counts us in it, so an arrival racing with the
+	 * end of a round (more threads than 'count') fails its swap and counts itself in the
+	 * next round, never in the ended one. The last arrival's new word has no arrivals, the
+	 * next round and no kinds asleep (it takes them). Acq_rel: the swaps of a round form a
+	 * release sequence, so everything before every arrival happens-before the last
+	 * arrival's swap, and every waiter that reads the next round acquires all of it. */
+	uint64_t s = __atomic_load_n(&b->state, __ATOMIC_RELAXED), n;
+	do {
+		n = (uint32_t)s + 1 == b->count ? (uint64_t)((hi(s) & ~3u) + 4) << 32 : s + 1;
+	} while (!__atomic_compare_exchange_n(&b->state, &s, n, true, __ATOMIC_ACQ_REL,
+					      __ATOMIC_RELAXED));
 	lk_stat(C, LK_ACQ);
-	if (a == b->count) {
-		b->arrived = 0;
-		/* Release: everything before every arrival (ordered before us by the internal
-		 * lock) happens-before every waiter's return. Seq_cst: against the waiters'
-		 * set-bit-then-compare (see the file comment). */
-		__atomic_store_n(&b->gen, g + 1, __ATOMIC_SEQ_CST);
-		uint32_t sl = __atomic_exchange_n(sleepers, 0, __ATOMIC_SEQ_CST);
-		lk_iunlock(ilock);
-		if (sl & KSLEEP)
-			lk_kwake(&b->gen, INT32_MAX);
-		if (sl & USLEEP)
-			lk_wake(&b->gen, INT32_MAX);
+	uint32_t g = round_of(s);
+	if ((uint32_t)n == 0) {
+		if (hi(s) & KSLEEP)
+			lk_kwake(round_word(b), INT32_MAX);
+		if (hi(s) & USLEEP)
+			lk_wake(round_word(b), INT32_MAX);
 		leave(b);
 		return PVRT_BARRIER_SERIAL_THREAD;
 	}
-	lk_iunlock(ilock);
 	lk_stat(C, LK_CONTENDED);
 	/* Spin only when every thread of the round can run at once and with preemption hints
 	 * (it then stops when a peer's vCPU is preempted). Without hints a waiter parks at once,
@@ -104,7 +119,8 @@ int pvrt_barrier_wait(pvrt_barrier_t *pb)
 	if (spin)
 		lk_spin_init(&sp, lk_spin_budget(h));
 	for (unsigned i = 0; spin; i++) {
-		if (__atomic_load_n(&b->gen, __ATOMIC_ACQUIRE) != g)
+		/* Acquire: see the last arrival's swap above. */
+		if (round_of(__atomic_load_n(&b->state, __ATOMIC_ACQUIRE)) != g)
 			goto done;
 		if ((i & 15) == 0 && lk_any_other_preempted(h)) {
 			lk_stat(C, LK_SPIN_CUT);
@@ -113,16 +129,30 @@ int pvrt_barrier_wait(pvrt_barrier_t *pb)
 		if (!lk_spin_more(&sp))
 			break;
 	}
-	bool ult = lk_self_ult() != NULL;
-	/* Acquire: see the release bump above. */
-	while (__atomic_load_n(&b->gen, __ATOMIC_ACQUIRE) == g) {
-		__atomic_fetch_or(sleepers, ult ? USLEEP : KSLEEP, __ATOMIC_SEQ_CST);
-		if (ult) {
-			lk_park(&b->gen, g, CLOCK_MONOTONIC, NULL, C);
-			continue;
+	uint32_t kind = lk_self_ult() ? USLEEP : KSLEEP;
+	for (;;) {
+		/* Acquire: see the last arrival's swap above. */
+		s = __atomic_load_n(&b->state, __ATOMIC_ACQUIRE);
+		if (round_of(s) != g)
+			break;
+		if (!(hi(s) & kind)) {
+			/* Our kind's bit, by a swap on the word the last arrival swaps: one of the
+			 * two swaps comes first (see the file comment). A failed swap (an arrival,
+			 * another waiter) looks again. */
+			uint64_t w = s | (uint64_t)kind << 32;
+			if (!__atomic_compare_exchange_n(&b->state, &s, w, false, __ATOMIC_RELAXED,
+							 __ATOMIC_RELAXED))
+				continue;
+			s = w;
 		}
-		lk_stat(C, LK_PARKS);
-		lk_kwait(&b->gen, g);
+		/* Sleeps only while the high half is what we read: a waiter of the other kind
+		 * setting its bit wakes us early, and we look again. */
+		if (kind == USLEEP) {
+			lk_park(round_word(b), hi(s), CLOCK_MONOTONIC, NULL, C);
+		} else {
+			lk_stat(C, LK_PARKS);
+			lk_kwait(round_word(b), hi(s));
+		}
 	}
 done:
 	leave(b);

@@ -80,14 +80,15 @@ typedef struct lk_rwlock {
 
 /* ---- barrier ---- */
 typedef struct lk_barrier {
-	uint32_t count;	   /* threads per round */
-	uint32_t arrived;  /* arrivals in the current round */
-	uint32_t gen;	   /* round number; the futex waiters park on */
-	int32_t shared;	   /* glibc's 'shared': nonzero marks a process-shared glibc barrier */
-	uint32_t inside;   /* threads inside pvrt_barrier_wait (destroy waits for 0) */
-	uint32_t ilock;	   /* internal lock: an arrival reads the round and counts itself at once */
-	uint32_t sleepers; /* thread waiters in the kernel this round (barrier.c) */
-	uint32_t spare;
+	uint32_t count;	 /* threads per round */
+	uint32_t inside; /* threads inside pvrt_barrier_wait (destroy waits for 0) */
+	uint32_t spare0;
+	int32_t shared; /* glibc's 'shared': nonzero marks a process-shared glibc barrier */
+	/* One word, so an arrival reads the round and counts itself in one atomic step
+	 * (barrier.c): low half the arrivals of this round; high half (the futex waiters
+	 * park on, little-endian) the round number << 2 | the kinds of waiters asleep. */
+	uint64_t state;
+	uint32_t spare[2];
 } __attribute__((may_alias)) lk_barrier_t;
 
 /* ---- semaphore ---- */

@@ -567,11 +567,12 @@ static void *bar_arrive(void *p)
 	return NULL;
 }
 
-/* Arrivals counted in the current round: glibc's 'in' (offset 0), or pvrt's 'arrived'. */
+/* Arrivals counted in the current round: glibc's 'in' (offset 0), or pvrt's (the low half of
+ * the state word at offset 16, locks/lk_layout.h). */
 static unsigned bar_arrivals(void)
 {
 	const unsigned *w = (const unsigned *)(const void *)&bar;
-	return __atomic_load_n(&w[pvrt_objects ? 1 : 0], __ATOMIC_ACQUIRE);
+	return __atomic_load_n(&w[pvrt_objects ? 4 : 0], __ATOMIC_ACQUIRE);
 }
 
 static void child_barrier(void)

@@ -22,6 +22,13 @@
  * round's end are changes of one word, so either the last arrival's swap sees
  * the bit, or the waiter's compare sees the new round. A waiter of the next
  * round can only set a bit after that swap: the last arrival never takes it.
+ *
+ * The round number has 30 bits: a waiter stalled between its load and its swap or
+ * futex compare while 2^30 further rounds pass (only possible with more threads
+ * than 'count') would take the round for its own and wait one round more. It
+ * never leaves early. The 64-bit swaps and the 32-bit futex compares of the high
+ * half are accesses of different sizes to one word, which x86-64 and arm64 keep
+ * coherent (C11 does not promise it).
  */
 #define _GNU_SOURCE
 #include <pvrt/barrier.h>
@@ -70,7 +77,7 @@ static void leave(lk_barrier_t *b)
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the futex is the state's high half");
 static inline uint32_t *round_word(lk_barrier_t *b)
 {
-	return (uint32_t *)(void *)&b->state + 1;
+	return &b->half[1];
 }
 static inline uint32_t hi(uint64_t s)
 {
@@ -145,8 +152,10 @@ int pvrt_barrier_wait(pvrt_barrier_t *pb)
 				continue;
 			s = w;
 		}
-		/* Sleeps only while the high half is what we read: a waiter of the other kind
-		 * setting its bit wakes us early, and we look again. */
+		/* Sleeps only if the high half is still what we set: if the other kind's bit
+		 * came in between, the compare fails and we look again. Asleep, we stay so
+		 * until a last arrival wakes our kind: the end of our round, or (the same
+		 * address) of the round before, if its waker was slow; the loop looks again. */
 		if (kind == USLEEP) {
 			lk_park(round_word(b), hi(s), CLOCK_MONOTONIC, NULL, C);
 		} else {

@@ -87,7 +87,10 @@ typedef struct lk_barrier {
 	/* One word, so an arrival reads the round and counts itself in one atomic step
 	 * (barrier.c): low half the arrivals of this round; high half (the futex waiters
 	 * park on, little-endian) the round number << 2 | the kinds of waiters asleep. */
-	uint64_t state;
+	union {
+		uint64_t state;
+		uint32_t half[2];
+	};
 	uint32_t spare[2];
 } __attribute__((may_alias)) lk_barrier_t;
 

@@ -3,4 +3,5 @@
 #define N 3
 #define COUNT 3
 #define ITER 3
+#define DRAINS 1
 #include "barrier.pml"

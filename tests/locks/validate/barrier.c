@@ -33,7 +33,7 @@ static void *barrier_thread(void *p)
 
 /* ---- more threads than the count: rounds overlap, every arrival joins exactly one ---- */
 static pvrt_barrier_t half, all;
-static long half_serials; /* atomic */
+static long half_serials, half_in; /* atomic */
 
 /* Per phase, each of 2 NT threads arrives once at 'half' (count NT): two rounds, the second's
  * arrivals racing with the first's end; then at 'all' (count 2 NT), so no thread runs a phase
@@ -42,7 +42,14 @@ static void *overlap_thread(void *p)
 {
 	(void)p;
 	for (long i = 0; i < 300 * scale; i++) {
+		__atomic_fetch_add(&half_in, 1, __ATOMIC_RELAXED);
 		int r = pvrt_barrier_wait(&half);
+		/* Released only once a round of NT has arrived in this phase (the barrier's
+		 * release orders their counts before our return). */
+		long in = __atomic_load_n(&half_in, __ATOMIC_RELAXED);
+		if (in < i * 2 * NT + NT)
+			FAIL("overlapping rounds: released with %ld arrivals, round needs %ld", in,
+			     i * 2 * NT + NT);
 		if (r == PVRT_BARRIER_SERIAL_THREAD)
 			__atomic_fetch_add(&half_serials, 1, __ATOMIC_RELAXED);
 		else if (r)

@@ -320,8 +320,10 @@ static void oversubscribed(void)
 	CHECK_EQ(stat_r, stat_n); /* preempted threads are runnable, not asleep */
 	/* A thread shown preempted ran, or a running thread read itself preempted, only where the
 	 * kernel did not give the program that thread's switch-in; the record repairs itself at
-	 * the next switch-out, which counts it. Such losses stay rare. */
-	CHECK(episodes <= missed && self_bad <= missed);
+	 * the next switch-out, which counts it. Such losses stay rare. A thread's last episode
+	 * may end at its exit, which is not a counted switch-out, hence one more per thread
+	 * (5 self episodes with 4 counted were seen beside two CPU hogs). */
+	CHECK(episodes <= missed + NBUSY && self_bad <= missed + NBUSY);
 	CHECK(sw > 100 && missed * 100 <= sw);
 	stop = 0;
 }

@@ -3,7 +3,7 @@
  * pvrt_barrier. One 64-bit word, 'state', holds the round: its low half counts
  * the arrivals, its high half is the round number << 2 with the kinds of
  * waiters asleep in its two low bits (KSLEEP, USLEEP). An arrival counts
- * itself with one compare-and-swap on the whole word, so it reads the round
+ * itself with a compare-and-swap on the whole word, so it reads the round
  * and joins it in one step and nobody ever waits for a preempted holder of an
  * internal lock; the last arrival's swap clears the count, bumps the round
  * and takes the kinds asleep, all at once (release), which ends the round for

@@ -142,8 +142,8 @@ static void run(const char *name)
 	shares(300, f, &pre0);
 	printf("%s: vCPU 0 running: preempted share vCPU 0 %.3f, vCPU 1 %.3f\n", name, f[0], f[1]);
 	CHECK(f[0] > 0.3 && f[1] > 0.3);
-	/* One pCPU: at most one of them runs at a time (steal is counted at each resume: the
-	 * window's edges may miss up to a quantum of it, more if the control thread is late). */
+	/* One pCPU: at most one of them runs at a time (steal is added at each resume and every
+	 * 10 ms of a long preemption: the window's edges may miss up to a quantum of it). */
 	CHECK(f[0] + f[1] > 0.8);
 	/* And the pCPU is not left idle between them, except while the control thread switches
 	 * them: about 30 us a switch, 1-2 % of a 2 ms quantum; on a loaded machine the control

@@ -35,6 +35,10 @@
 #define LK_SPIN_NS	 20000ull
 #define LK_SPIN_BLIND_NS 3000ull
 #define LK_BACKOFF_MAX	 16
+/* A mutex waiter stays off the lock's cache line this long before its first check (mutex.c,
+ * step_back): the owner's core runs a batch of acquisitions meanwhile, instead of the lock
+ * moving between cores on every one. */
+#define LK_STEP_BACK_NS 700ull
 /* A vCPU whose steal time grew this recently shares its physical CPU (see mutex.c). */
 #define LK_STEAL_RECENT_NS 10000000ull
 /* pthread_spin users expect spinning: a spinlock waiter spins longer before parking. */

@@ -69,26 +69,29 @@ int pvrt_mutex_destroy(pvrt_mutex_t *pm)
 }
 
 /*
- * Without preemption hints a spinner cannot tell a running owner from a
- * descheduled one, so the blind budget adapts (as glibc's adaptive mutex
- * does): each thread keeps, for the few mutexes it contended on last, an
- * estimate of how long a successful spin takes. A success moves the estimate
- * 1/8 towards its duration; a spin that runs out shrinks it by a quarter, so
- * a mutex whose owners get descheduled (or sleep while holding it) soon costs
- * its waiters little more than glibc's immediate park. The budget is twice
- * the estimate plus 500 ns, at most LK_SPIN_BLIND_NS. Kept per thread (per
- * worker for ULTs), not in the mutex, whose 40 bytes are all taken.
+ * What a thread learnt of the few mutexes it contended on last, kept per
+ * thread (per worker for ULTs), not in the mutex, whose 40 bytes are all taken:
+ * - Without preemption hints a spinner cannot tell a running owner from a
+ *   descheduled one, so the blind budget adapts (as glibc's adaptive mutex
+ *   does) to an estimate of how long a successful spin takes. A success moves
+ *   the estimate 1/8 towards its duration; a spin that runs out shrinks it by
+ *   a quarter, so a mutex whose owners get descheduled (or sleep while holding
+ *   it) soon costs its waiters little more than glibc's immediate park. The
+ *   budget is twice the estimate plus 500 ns, at most LK_SPIN_BLIND_NS.
+ * - Whether the mutex is mostly free between acquisitions, for the step back
+ *   (step_wanted).
  */
 #define EST_SLOTS_SHIFT 3
 #define EST_SLOTS	(1u << EST_SLOTS_SHIFT)
-struct blind_est {
+struct spin_est {
 	const lk_mutex_t *m;
-	uint32_t ns;
+	uint32_t ns;	    /* the blind estimate */
+	uint8_t free_first; /* 0..3: how often the word was free at the head's first check */
 };
 
-/* The mutex's per-thread state: blind estimates and the last steal seen (below). */
+/* The mutex's per-thread state: what it learnt of mutexes and the last steal seen (below). */
 struct mx_thread {
-	struct blind_est est[EST_SLOTS];
+	struct spin_est est[EST_SLOTS];
 	uint64_t steal_seen, steal_at;
 	bool steal_primed;
 };
@@ -103,14 +106,15 @@ static __attribute__((noinline)) struct mx_thread *mx_self(void)
 	return &mx_tls;
 }
 
-static struct blind_est *blind_slot(struct mx_thread *t, const lk_mutex_t *m)
+static struct spin_est *est_slot(struct mx_thread *t, const lk_mutex_t *m)
 {
 	/* Fibonacci hashing of the whole address: neighbours in an array of mutexes differ. */
-	struct blind_est *e =
+	struct spin_est *e =
 	    &t->est[((uintptr_t)m * 0x9E3779B97F4A7C15ull) >> (64 - EST_SLOTS_SHIFT)];
 	if (e->m != m) {
 		e->m = m;
 		e->ns = LK_SPIN_BLIND_NS / 2;
+		e->free_first = 2;
 	}
 	return e;
 }
@@ -231,15 +235,14 @@ __attribute__((constructor)) static void spinners_init(void)
  * moment the owner lets go; the owner's next acquisition then misses, becomes the waiter, and
  * takes it back the same way: the lock and the data it guards move between cores on nearly
  * every acquisition, and throughput is bounded by the line's transfer time (bench_locks, short
- * sections, 2 threads on 2 CPUs: 10-12M acquisitions/s, no better than pthread_spin, while
+ * sections, 2 threads on 2 CPUs: 12-13M acquisitions/s, no better than pthread_spin, while
  * glibc made 14-20M: its waiters spend a futex call away from the line, and meanwhile the
- * owner's core runs alone from its cache). Staying away about a microsecond lets the owner's
- * core run a few dozen acquisitions per transfer: 21-32M there, and 16-20M at 4 threads on 2
- * CPUs (glibc 14.7-15.9M), medians of interleaved rounds in locks/README.md. It costs
- * nothing while the owner holds the lock longer than the step (the waiter would wait anyway);
- * otherwise it adds at most the step to a contended acquisition's latency, less than a glibc
- * waiter's futex round trip. 700 ns: 500 ns gave a third less of the gain, 1.5 us a little
- * more throughput but a p99 latency (2.4-2.5 us) well above glibc's (1.5 us).
+ * owner's core runs alone from its cache). Staying away under a microsecond lets the owner's
+ * core run a few dozen acquisitions per transfer: 1.35x glibc there, 1.2-1.25x at 4 and 6
+ * threads on 2 CPUs (locks/README.md, "Step back"). The waiter adds at most the step to its
+ * own latency, less than a glibc waiter's futex round trip. 700 ns: 500 ns gave a third less
+ * of the gain, 1.5 us a little more throughput but a p99 latency (2.4-2.5 us) well above
+ * glibc's (1.5 us). step_wanted says where it is taken.
  */
 static void step_back(void)
 {
@@ -248,6 +251,35 @@ static void step_back(void)
 		for (unsigned i = 0; i < LK_SPIN_FREE; i++)
 			os_cpu_relax();
 	while (os_now_ns() < end);
+}
+
+/*
+ * Step back only where it pays: on a mutex whose word this thread found free at the head's
+ * first check of late (after a step back or without one), i.e. one that is free most of the
+ * time between its acquisitions. On a mutex held most of the time (long sections) the head
+ * must be polling at the instant the owner lets go, or the owner takes it back at once and
+ * the head runs out of budget and parks (long sections, 2 threads on 2 CPUs: 5-7% fewer
+ * acquisitions/s when every head stepped back). Only before the first park: a woken waiter
+ * has been away from the line long enough, and it is woken just as the lock was freed, while
+ * the unlocker is still in its futex call; stepping back then handed the lock back to the
+ * unlocker every time, and the woken waiter starved until its hand-off. Not for a ULT whose
+ * owner is a ULT it can run: that owner runs only when we yield to it (spin_queued).
+ */
+static bool step_wanted(const struct spin_est *est, uint32_t extra, struct pvrt_ult *self,
+			lk_mutex_t *m)
+{
+	if (extra || est->free_first < 2)
+		return false;
+	struct pvrt_ult *ou = self ? __atomic_load_n(&m->owner_ult, __ATOMIC_RELAXED) : NULL;
+	return !ou || !rt_ult_can_yield_to(ou);
+}
+
+static void step_learn(struct spin_est *est, bool was_free)
+{
+	if (was_free && est->free_first < 3)
+		est->free_first++;
+	else if (!was_free && est->free_first > 0)
+		est->free_first--;
 }
 
 /*
@@ -263,7 +295,7 @@ static bool spin_queued(lk_mutex_t *m, uint32_t extra, struct pvrt_ult *self, pv
 {
 	struct mx_thread *t = mx_self();
 	bool blind = !(h->valid & PVHINT_VALID_PREEMPTED) || own_vcpu_shared(t, h, self);
-	struct blind_est *est = blind ? blind_slot(t, m) : NULL;
+	struct spin_est *est = est_slot(t, m);
 	uint64_t budget = LK_SPIN_NS;
 	if (blind) {
 		budget = 2 * (uint64_t)est->ns + 500;
@@ -272,7 +304,7 @@ static bool spin_queued(lk_mutex_t *m, uint32_t extra, struct pvrt_ult *self, pv
 	}
 	struct spin_ctx c = {.m = m, .h = h};
 	lk_spin_init(&c.sp, budget);
-	bool got = false, moved = false, stepped = false;
+	bool got = false, moved = false, first_done = false;
 	for (;;) {
 		/* Fetched again after a yield: we may be on another worker (its node, its vCPU). */
 		struct lk_sqnode *node = lk_spinq_node();
@@ -280,17 +312,14 @@ static bool spin_queued(lk_mutex_t *m, uint32_t extra, struct pvrt_ult *self, pv
 					    queue_give_up, &c))
 			break;
 		bool again = false;
-		/* Once per acquisition, not again after a lost race. A ULT whose owner is a ULT
-		 * it can run checks at once instead: that owner runs only when we yield to it. */
-		if (!stepped) {
-			stepped = true;
-			struct pvrt_ult *ou =
-			    self ? __atomic_load_n(&m->owner_ult, __ATOMIC_RELAXED) : NULL;
-			if (!ou || !rt_ult_can_yield_to(ou))
-				step_back();
-		}
+		if (!first_done && step_wanted(est, extra, self, m))
+			step_back();
 		for (unsigned i = 0;; i++) {
 			uint32_t w = __atomic_load_n(&m->word, __ATOMIC_RELAXED);
+			if (!first_done) {
+				first_done = true;
+				step_learn(est, !(w & LOCKED));
+			}
 			if (!(w & LOCKED)) {
 				lk_spinq_unlock(&m->spinq, node);
 				/* Acquire: the previous owner's critical section happens-before

@@ -114,7 +114,7 @@ static struct spin_est *est_slot(struct mx_thread *t, const lk_mutex_t *m)
 	if (e->m != m) {
 		e->m = m;
 		e->ns = LK_SPIN_BLIND_NS / 2;
-		e->free_first = 2;
+		e->free_first = 1; /* one free first check to start stepping back */
 	}
 	return e;
 }
@@ -229,20 +229,21 @@ __attribute__((constructor)) static void spinners_init(void)
 }
 
 /*
- * The head's step back: LK_STEP_BACK_NS of pauses, touching nothing shared, before its first
- * check of the word. Under sustained contention on a short section the word is free most of
- * the time between one owner's acquisitions, so a waiter that checks at once takes it the
- * moment the owner lets go; the owner's next acquisition then misses, becomes the waiter, and
- * takes it back the same way: the lock and the data it guards move between cores on nearly
- * every acquisition, and throughput is bounded by the line's transfer time (bench_locks, short
+ * The head's step back: LK_STEP_BACK_NS of pauses (checking the clock every LK_SPIN_FREE
+ * pauses, so up to that many pauses more), touching nothing shared, before its first check of
+ * the word. Under sustained contention on a short section the word is free most of the time
+ * between one owner's acquisitions, so a waiter that checks at once takes it the moment the
+ * owner lets go; the owner's next acquisition then misses, becomes the waiter, and takes it
+ * back the same way: the lock and the data it guards move between cores on nearly every
+ * acquisition, and throughput is bounded by the line's transfer time (bench_locks, short
  * sections, 2 threads on 2 CPUs: 12-13M acquisitions/s, no better than pthread_spin, while
  * glibc made 14-20M: its waiters spend a futex call away from the line, and meanwhile the
  * owner's core runs alone from its cache). Staying away under a microsecond lets the owner's
- * core run a few dozen acquisitions per transfer: 1.35x glibc there, 1.2-1.25x at 4 and 6
- * threads on 2 CPUs (locks/README.md, "Step back"). The waiter adds at most the step to its
- * own latency, less than a glibc waiter's futex round trip. 700 ns: 500 ns gave a third less
- * of the gain, 1.5 us a little more throughput but a p99 latency (2.4-2.5 us) well above
- * glibc's (1.5 us). step_wanted says where it is taken.
+ * core run a few dozen acquisitions per transfer: 1.2-1.4x glibc's throughput at 2, 4 and 6
+ * threads on 2 CPUs (locks/README.md, "Step back"). The waiter pays the step, and may lose
+ * a race it would have won to an owner that retakes the lock meanwhile. 700 ns: 500 ns gave
+ * a third less of the gain, 1.5 us a little more throughput but a p99 latency (2.4-2.5 us)
+ * well above glibc's (1.5 us). step_wanted says where it is taken.
  */
 static void step_back(void)
 {
@@ -262,13 +263,23 @@ static void step_back(void)
  * acquisitions/s when every head stepped back). Only before the first park: a woken waiter
  * has been away from the line long enough, and it is woken just as the lock was freed, while
  * the unlocker is still in its futex call; stepping back then handed the lock back to the
- * unlocker every time, and the woken waiter starved until its hand-off. Not for a ULT whose
- * owner is a ULT it can run: that owner runs only when we yield to it (spin_queued).
+ * unlocker every time, and the woken waiter starved until its hand-off. For the same reason
+ * not when relocking after a condvar wait (the signaller usually releases at once). Only for a
+ * head that did not wait in the spinner queue: one that did has been away from the line. Not
+ * when the first check would stop the spin anyway (a hand-off is pending, the owner's vCPU is
+ * preempted), and not for a ULT whose owner is a ULT it can run on this worker (spin_queued
+ * yields to it).
  */
-static bool step_wanted(const struct spin_est *est, uint32_t extra, struct pvrt_ult *self,
-			lk_mutex_t *m)
+static bool step_wanted(const struct spin_est *est, const struct spin_ctx *c, uint32_t extra,
+			struct pvrt_ult *self)
 {
-	if (extra || est->free_first < 2)
+	if (extra || lk_cond_relock || c->sp.n || est->free_first < 2)
+		return false;
+	/* Relaxed, as the polls: hints for one decision. The line is ours after the queue's
+	 * exchange on m->spinq, which sits beside these fields. */
+	lk_mutex_t *m = c->m;
+	if ((__atomic_load_n(&m->word, __ATOMIC_RELAXED) & HANDOFF) ||
+	    lk_vcpu1_preempted(c->h, __atomic_load_n(&m->owner_vcpu, __ATOMIC_RELAXED)))
 		return false;
 	struct pvrt_ult *ou = self ? __atomic_load_n(&m->owner_ult, __ATOMIC_RELAXED) : NULL;
 	return !ou || !rt_ult_can_yield_to(ou);
@@ -285,11 +296,11 @@ static void step_learn(struct spin_est *est, bool was_free)
 /*
  * Spin while that can win: the owner's vCPU is not preempted, no hand-off is
  * pending, and the budget lasts. Waiters queue in the spinner queue; only its
- * head polls the word, with back-off (without it the word moved between cores
- * on nearly every acquisition of short sections). The head leaves the queue
- * before it takes the word, so the new owner never waits in the queue's
- * hand-shakes. 'extra' is WAITERS once the caller has parked (see the header
- * comment).
+ * head polls the word, after a step back where that pays (step_wanted) and
+ * with back-off (without it the word moved between cores on nearly every
+ * acquisition of short sections). The head leaves the queue before it takes
+ * the word, so the new owner never waits in the queue's hand-shakes. 'extra'
+ * is WAITERS once the caller has parked (see the header comment).
  */
 static bool spin_queued(lk_mutex_t *m, uint32_t extra, struct pvrt_ult *self, pvhint_t *h)
 {
@@ -312,7 +323,7 @@ static bool spin_queued(lk_mutex_t *m, uint32_t extra, struct pvrt_ult *self, pv
 					    queue_give_up, &c))
 			break;
 		bool again = false;
-		if (!first_done && step_wanted(est, extra, self, m))
+		if (!first_done && step_wanted(est, &c, extra, self))
 			step_back();
 		for (unsigned i = 0;; i++) {
 			uint32_t w = __atomic_load_n(&m->word, __ATOMIC_RELAXED);

@@ -21,10 +21,11 @@
  * kernel relies on the same with its per-CPU nodes); such a read must hit a node, never freed or
  * reused memory, and a compare-and-swap on a recycled node can only succeed if that node links
  * to us, i.e. is our real predecessor. A ULT uses its worker's node: it never switches away while
- * queued (the mutex leaves the queue before yielding), so no other ULT of that worker can queue
- * with the same node meanwhile; after a switch it must fetch the node again (lk_spinq_node() is
- * a real call for that reason: a compiler may keep an inlined thread-local address across the
- * switch, and the ULT may resume on another worker).
+ * queued (the mutex leaves the queue before yielding, the hand-shakes yield the kernel thread,
+ * not the ULT, and lk_spinq_lock/unlock hold off time-slice preemption: runtime/wait.h), so no
+ * other ULT of that worker can queue with the same node meanwhile; after a switch it must fetch the
+ * node again (lk_spinq_node() is a real call for that reason: a compiler may keep an inlined
+ * thread-local address across the switch, and the ULT may resume on another worker).
  *
  * Fork: a node of a parent thread that was queued at fork() stays in that queue in the child,
  * owned by nobody. Each node carries the fork generation of its owner (lk_fork_gen; the child
@@ -42,7 +43,6 @@
 
 #include "lk.h"
 
-#include <sched.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -66,13 +66,15 @@ struct lk_sqnode *lk_spinq_node(void);
 	__atomic_compare_exchange_n(p, e, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)
 #define SQ_LOAD_RELAXED(p) __atomic_load_n(p, __ATOMIC_RELAXED)
 
-/* A poll in a leaving hand-shake: pause, and after a while let a descheduled neighbour run. */
+/* A poll in a leaving hand-shake: pause, and after a while let a descheduled neighbour run.
+ * The system call, not the symbol sched_yield: M:N mode interposes that with a ULT yield, and a
+ * queued ULT must not switch away (see the top). */
 static inline void sq_handshake_pause(unsigned *polls)
 {
 	if (++*polls < 64)
 		os_cpu_relax();
 	else
-		sched_yield();
+		os_yield();
 }
 
 /*
@@ -106,8 +108,8 @@ static inline struct lk_sqnode *lk_spinq_wait_next(struct lk_sqnode **tail, stru
  * queue cannot move past a spinner that does not run. Returns true as the head (call
  * lk_spinq_unlock when done spinning), false after leaving the queue.
  */
-static inline bool lk_spinq_lock(struct lk_sqnode **tail, struct lk_sqnode *n, uint32_t vcpu1,
-				 pvhint_t *h, bool (*give_up)(void *), void *arg)
+static inline bool sq_lock(struct lk_sqnode **tail, struct lk_sqnode *n, uint32_t vcpu1,
+			   pvhint_t *h, bool (*give_up)(void *), void *arg)
 {
 	SQ_STORE(&n->next, NULL);
 	SQ_STORE(&n->locked, 0);
@@ -155,17 +157,30 @@ static inline bool lk_spinq_lock(struct lk_sqnode **tail, struct lk_sqnode *n, u
 	return false;
 }
 
+static inline bool lk_spinq_lock(struct lk_sqnode **tail, struct lk_sqnode *n, uint32_t vcpu1,
+				 pvhint_t *h, bool (*give_up)(void *), void *arg)
+{
+	/* Queued, a ULT is not preempted (see the top): until lk_spinq_unlock, or until it left. */
+	rt_nopreempt_enter();
+	if (sq_lock(tail, n, vcpu1, h, give_up, arg))
+		return true;
+	rt_nopreempt_leave();
+	return false;
+}
+
 /* The head is done spinning: make the next node the head. */
 static inline void lk_spinq_unlock(struct lk_sqnode **tail, struct lk_sqnode *n)
 {
 	struct lk_sqnode *e = n;
-	if (SQ_CAS(tail, &e, NULL))
-		return; /* alone */
-	struct lk_sqnode *next = SQ_XCHG(&n->next, NULL);
-	if (!next)
-		next = lk_spinq_wait_next(tail, n, NULL);
+	struct lk_sqnode *next = NULL;
+	if (!SQ_CAS(tail, &e, NULL)) {
+		next = SQ_XCHG(&n->next, NULL);
+		if (!next)
+			next = lk_spinq_wait_next(tail, n, NULL);
+	}
 	if (next)
 		SQ_STORE(&next->locked, 1);
+	rt_nopreempt_leave();
 }
 
 #endif /* PVRT_LOCKS_SPINQ_H */

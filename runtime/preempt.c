@@ -64,6 +64,8 @@
 #include <ucontext.h>
 #include <unistd.h>
 
+__thread unsigned rt_tls_nopreempt __attribute__((tls_model("initial-exec")));
+
 static const int preempt_cookie;
 static uint32_t inflight; /* signals sent whose handler has not returned */
 static struct sigaction old_act;
@@ -183,7 +185,9 @@ static void preempt_handler(int sig, siginfo_t *si, void *ucv)
 		/* Likewise inside the hint source's locks (the emulator's emu_glock, held across a
 		 * fork's handlers, and its stop-deferral count are the kernel thread's): moved, the
 		 * ULT would unlock on another thread and leave this one's count raised for ever. */
-		if (pvhint_thread_in_lock() || (rt_state.ult_tls && rt_tls_ldso_locked(m->tid))) {
+		/* And inside a no-preemption section of the locks (wait.h). */
+		if (rt_tls_nopreempt || pvhint_thread_in_lock() ||
+		    (rt_state.ult_tls && rt_tls_ldso_locked(m->tid))) {
 			__atomic_fetch_sub(&inflight, 1, __ATOMIC_RELEASE);
 			errno = saved_errno;
 			return;

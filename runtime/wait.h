@@ -28,6 +28,29 @@ struct rt_worker; /* opaque outside runtime/ */
 extern __thread struct rt_worker *rt_tls_worker __attribute__((tls_model("initial-exec")))
 PVRT_HIDDEN;
 
+/*
+ * A section in which the calling ULT must not be preempted (switched away by the time-slice
+ * signal): runtime/preempt.c defers the signal while the count is raised, and sysmon sends it
+ * again later. The locks' spinner queue (locks/spinq.h) needs it: a queued ULT links its
+ * worker's node, which no other ULT of that worker may queue before it is unlinked, and M:N
+ * preemption may land anywhere outside the runtime's text (in clock_gettime, say). Nestable;
+ * the count is per TLS block (per ULT in M:N mode, per kernel thread otherwise), which is the
+ * one the signal handler reads. Keep such sections short and free of blocking calls.
+ */
+extern __thread unsigned rt_tls_nopreempt __attribute__((tls_model("initial-exec"))) PVRT_HIDDEN;
+static inline void rt_nopreempt_enter(void)
+{
+	rt_tls_nopreempt++;
+	/* The handler runs on this thread: order the count before the section, for the compiler
+	 * only. */
+	__atomic_signal_fence(__ATOMIC_SEQ_CST);
+}
+static inline void rt_nopreempt_leave(void)
+{
+	__atomic_signal_fence(__ATOMIC_SEQ_CST);
+	rt_tls_nopreempt--;
+}
+
 /* The calling ULT, NULL in threads that are not ULTs. */
 struct pvrt_ult *rt_ult_current(void) PVRT_HIDDEN;
 /* If u is ready in a ring, run it now and queue the caller as ready; true if it switched. */

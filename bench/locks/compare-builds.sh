@@ -8,6 +8,9 @@
 #   Settings: under = 2 threads, hints none; real2/real3 = 4/6 threads on the machine's CPUs,
 #   hints bpf (root, or pvhintd running); emu2 = --emu vcpus=4,pcpus=2, quantum 3 ms.
 #   Meant for a 2-CPU machine; SETTINGS (default "under real2 real3 emu2") picks some.
+#   Both builds should have the same bench/locks/lockwork.h (an older one put the pvrt mutex on
+#   the cache line of a flag every iteration reads): build BEFORE from a tree whose lockwork.h
+#   is this one's.
 set -eu
 before=$1 after=$2 rounds=${3:-5} secs=${4:-0.3}
 settings=${SETTINGS:-"under real2 real3 emu2"}

@@ -239,7 +239,7 @@ __attribute__((constructor)) static void spinners_init(void)
  * sections, 2 threads on 2 CPUs: 12-13M acquisitions/s, no better than pthread_spin, while
  * glibc made 14-20M: its waiters spend a futex call away from the line, and meanwhile the
  * owner's core runs alone from its cache). Staying away under a microsecond lets the owner's
- * core run a few dozen acquisitions per transfer: 1.2-1.4x glibc's throughput at 2, 4 and 6
+ * core run a few dozen acquisitions per transfer: 1.1-1.3x glibc's throughput at 2, 4 and 6
  * threads on 2 CPUs (locks/README.md, "Step back"). The waiter pays the step, and may lose
  * a race it would have won to an owner that retakes the lock meanwhile. 700 ns: 500 ns gave
  * a third less of the gain, 1.5 us a little more throughput but a p99 latency (2.4-2.5 us)

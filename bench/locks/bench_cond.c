@@ -50,15 +50,15 @@ struct shared {
 	int stop;		   /* under the mutex */
 };
 
-/* A zeroed struct on its own cache lines, or exit. */
+/* lw_alloc_lines, or exit. */
 static void *zalloc_lines(size_t n)
 {
-	void *p = aligned_alloc(64, (n + 63) & ~(size_t)63);
+	void *p = lw_alloc_lines(n);
 	if (!p) {
 		fprintf(stderr, "bench_cond: out of memory\n");
 		exit(1);
 	}
-	return memset(p, 0, n);
+	return p;
 }
 
 static void lock(struct shared *s)

@@ -112,6 +112,14 @@ static inline void lw_env(double *seconds, int *threads)
 		*threads = atoi(e) > 64 ? 64 : atoi(e);
 }
 
+/* n zeroed bytes starting on a cache line of their own (the structure's _Alignas(64) members
+ * then sit on lines of their own), or NULL. */
+static inline void *lw_alloc_lines(size_t n)
+{
+	void *p = aligned_alloc(64, (n + 63) & ~(size_t)63);
+	return p ? memset(p, 0, n) : NULL;
+}
+
 /* ---- the workload ---- */
 struct lw_config {
 	enum lw_kind kind;
@@ -329,10 +337,9 @@ static inline int lw_run(const struct lw_config *c, struct lw_result *out)
 {
 	if (c->threads < 1 || c->threads > 64)
 		return -1;
-	struct lw_shared *s = aligned_alloc(64, sizeof(*s));
+	struct lw_shared *s = lw_alloc_lines(sizeof(*s));
 	if (!s)
 		return -1;
-	memset(s, 0, sizeof(*s));
 	s->cfg = c;
 	pvhint_t *def = NULL;
 	pvhint_default(&def);

@@ -81,6 +81,15 @@ void pvrt_locks_set_hints(pvhint_t *h)
 /* Thread-slot pages: where the next check starts (per kernel thread; see below). */
 static __thread uint32_t lk_scan_at __attribute__((tls_model("initial-exec")));
 
+bool lk_yield_to_vcpu1(pvhint_t *h, uint32_t v1, enum pvrt_lock_class cls)
+{
+	/* -EAGAIN (it runs again), -EBUSY (this vCPU asked a moment ago), -ENOTSUP: park. */
+	if (v1 == 0 || pvhint_yield_to(h, v1 - 1) != 0)
+		return false;
+	lk_stat(cls, LK_YIELDS);
+	return true;
+}
+
 bool lk_any_other_preempted(pvhint_t *h)
 {
 	uint32_t n = pvhint_nr_used(h), from = 0, len = n;

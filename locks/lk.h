@@ -111,6 +111,11 @@ static inline uint32_t lk_self_vcpu1(struct pvrt_ult *u)
 	return (uint32_t)v + 1;
 }
 
+/* The owner on vCPU+1 'v1' cannot run (lk_vcpu1_preempted): ask the host to run its vCPU in place
+ * of ours (pvhint_yield_to) instead of waiting for the host's next turn. True when asked: we ran
+ * again after it did, so the caller looks at the lock again before parking. */
+bool lk_yield_to_vcpu1(pvhint_t *h, uint32_t v1, enum pvrt_lock_class cls);
+
 /* Is a vCPU other than the caller's preempted (barrier: a missing peer may be there)?
  * Thread-slot pages: one of the next LK_SCAN_RECORDS records (a window that moves with every
  * call). */
@@ -259,7 +264,7 @@ static inline uint64_t lk_spin_elapsed(const struct lk_spin *sp)
 }
 
 /* ---- statistics ---- */
-enum lk_stat { LK_ACQ, LK_CONTENDED, LK_SPIN_CUT, LK_PARKS, LK_HANDOFFS, LK_NSTATS };
+enum lk_stat { LK_ACQ, LK_CONTENDED, LK_SPIN_CUT, LK_PARKS, LK_HANDOFFS, LK_YIELDS, LK_NSTATS };
 extern int lk_stats_on;
 void lk_stat_add_slow(enum pvrt_lock_class cls, enum lk_stat s);
 /* locks/stats.c: the counters of a process tree (the preload's PVRT_STATS_FILE). */

@@ -370,6 +370,18 @@ static bool spin_queued(lk_mutex_t *m, uint32_t extra, struct pvrt_ult *self, pv
 	}
 	if (c.cut)
 		lk_stat(C, LK_SPIN_CUT);
+	/* The owner's vCPU is preempted: have it run in our vCPU's place, then look once more
+	 * before parking (a park would leave the owner to the host's next turn). The time away
+	 * was not spinning (the estimate below). */
+	if (c.cut && !got &&
+	    lk_yield_to_vcpu1(h, __atomic_load_n(&m->owner_vcpu, __ATOMIC_RELAXED), C)) {
+		moved = true;
+		uint32_t w = __atomic_load_n(&m->word, __ATOMIC_RELAXED);
+		/* Acquire: as above. */
+		got = !(w & LOCKED) &&
+		      __atomic_compare_exchange_n(&m->word, &w, w | LOCKED | extra, false,
+						  __ATOMIC_ACQUIRE, __ATOMIC_RELAXED);
+	}
 	/* The estimate belongs to the thread we started on; after a yield we may be on another,
 	 * and the time away was not spinning: leave it alone then. */
 	if (blind && !moved && got) {

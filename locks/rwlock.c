@@ -100,6 +100,11 @@ static bool contend_spin(lk_rwlock_t *rw, uint32_t s, struct contender *cw)
 	}
 	if (cut && cw->sp.budget) {
 		lk_stat(C, LK_SPIN_CUT);
+		/* Run the writer's vCPU in ours, then look again (a second cut within the
+		 * kernel's rate limit parks). */
+		if (lk_yield_to_vcpu1(cw->h, __atomic_load_n(&rw->writer_vcpu, __ATOMIC_RELAXED),
+				      C))
+			return true;
 		cw->sp.budget = 0;
 	}
 	return false;

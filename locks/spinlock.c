@@ -67,7 +67,12 @@ static void spin_slow(pvrt_spinlock_t *s)
 			}
 			if (lk_vcpu1_preempted(h, w & ~PARKED)) {
 				lk_stat(C, LK_SPIN_CUT);
-				break;
+				/* Run the holder's vCPU in ours, then spin again: it runs now. A
+				 * second cut within the kernel's rate limit parks. */
+				if (lk_yield_to_vcpu1(h, w & ~PARKED, C))
+					lk_spin_init(&sp, LK_SPINLOCK_SPIN_NS);
+				else
+					break;
 			}
 			if (!lk_spin_more(&sp))
 				break;

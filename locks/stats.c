@@ -181,6 +181,7 @@ void lk_stats_sum(enum pvrt_lock_class cls, int which, struct pvrt_lock_stats *o
 	out->spin_cut = sum[LK_SPIN_CUT];
 	out->parks = sum[LK_PARKS];
 	out->handoffs = sum[LK_HANDOFFS];
+	out->yields = sum[LK_YIELDS];
 }
 
 void pvrt_locks_stats_enable(bool on)

@@ -863,6 +863,30 @@ void pvhint__emu_unpark(struct pvhint_impl *im)
 	emu_wait_hold(t);
 }
 
+/* ---- directed yield (pvhint_yield_to) ---- */
+
+bool pvhint__emu_can_yield(const struct pvhint_impl *im)
+{
+	return im->emu && im->emu->c.mode == EMU_SLICE && !im->yield_off &&
+	       !__atomic_load_n(&im->emu->dead, __ATOMIC_RELAXED);
+}
+
+int pvhint__emu_yield_to(struct pvhint_impl *im, unsigned v)
+{
+	struct pvhint_emu *e = im->emu;
+	struct emu_thr *t = emu_self;
+
+	if (!pvhint__emu_can_yield(im))
+		return -ENOTSUP;
+	if (v >= e->c.vcpus)
+		return -EINVAL;
+	int self = t && emu_thr_emu(t) == e ? (int)t->vcpu : -1;
+	emu_lock_enter(&e->lock);
+	int r = emu_yield_to(e, self, v, os_now_ns());
+	emu_lock_leave(&e->lock); /* our vCPU's stop, if it lost its pCPU, waits here */
+	return r;
+}
+
 /* ---- scripted control and statistics ---- */
 
 static const char *const mode_names[] = {"slice", "noisy", "script", "random"};

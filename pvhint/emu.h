@@ -16,6 +16,8 @@
 #include <unistd.h>
 
 #define EMU_MAX_VCPUS 1024u
+/* Directed yield: the kernel's default rate limit (guest-patches/0005, yield_interval_us). */
+#define EMU_YIELD_INTERVAL_NS 50000u
 _Static_assert(EMU_MAX_VCPUS <= PVHINT_BPF_EMU_VCPUS, "the program counts every emulated vCPU");
 
 enum emu_mode { EMU_SLICE, EMU_NOISY, EMU_SCRIPT, EMU_RANDOM };
@@ -75,6 +77,7 @@ struct emu_vcpu {
 	bool neighbour;	    /* noisy: the neighbour holds this vCPU's pCPU */
 	uint64_t pre_since; /* steal accounting: when 'pre' was last accounted */
 	uint64_t until;	    /* script: resume at this time (0: not timed) */
+	uint64_t asked_at;  /* slice: its threads' last directed yield (pvhint_yield_to) */
 	/* statistics (emu->lock) */
 	uint64_t nr_desched, ack_timeouts, kernel_skips, samples;
 	uint64_t gone_stops, gone_stopped_ns, gone_eintr; /* of threads already detached */
@@ -107,6 +110,7 @@ struct pvhint_emu {
 	bool *busy;	     /* per pCPU: some vCPU on it runs (is_idle) */
 	uint64_t *slice_end; /* slice: when the pCPU's current slice ends */
 	unsigned next_attach;
+	uint64_t asked_at; /* the last directed yield of a thread not attached */
 	uint64_t t0, rng, last_flush;
 };
 
@@ -205,5 +209,6 @@ uint64_t emu_reap_acks(struct pvhint_emu *e, uint64_t now);
 void emu_set_pre(struct pvhint_emu *e, unsigned v, bool pre, uint64_t now);
 void emu_publish(struct pvhint_emu *e, uint64_t now);
 void *emu_control_main(void *arg);
+int emu_yield_to(struct pvhint_emu *e, int self, unsigned v, uint64_t now);
 
 #endif /* PVHINT_EMU_H */

@@ -127,6 +127,33 @@ static uint64_t step_slice(struct pvhint_emu *e, uint64_t now)
 	return next;
 }
 
+/*
+ * Directed yield (pvhint_yield_to) from a thread of vCPU self (-1: not attached) to vCPU v, in
+ * slice mode, with the kernel's answers (guest-patches/0005). As KVM's KVM_HC_SCHED_YIELD: v, if
+ * preempted, gets its pCPU now for a fresh quantum, and the caller's pCPU moves on to its next
+ * vCPU (the caller yields too). The caller holds the lock, so the stop of its own vCPU is
+ * deferred to its unlock, where it waits until its vCPU runs again: the call returns after v ran,
+ * as the hypercall does.
+ */
+int emu_yield_to(struct pvhint_emu *e, int self, unsigned v, uint64_t now)
+{
+	unsigned P = e->c.pcpus;
+	uint64_t *asked = self >= 0 ? &e->vc[self].asked_at : &e->asked_at;
+
+	if ((int)v == self || !e->vc[v].pre)
+		return -EAGAIN;
+	if (*asked && now - *asked < EMU_YIELD_INTERVAL_NS)
+		return -EBUSY;
+	*asked = now;
+	e->cur[v % P] = (int)v;
+	e->slice_end[v % P] = now + e->c.quantum;
+	if (self >= 0 && (unsigned)self % P != v % P && e->cur[self % P] == self)
+		e->slice_end[self % P] = now;
+	step_slice(e, now);
+	emu_kick_ctl(e); /* its next slice end changed */
+	return 0;
+}
+
 static uint64_t step_noisy(struct pvhint_emu *e, uint64_t now)
 {
 	unsigned V = e->c.vcpus;

@@ -24,8 +24,10 @@ struct pvhint_impl {
 	struct pvhint_emu *emu;		 /* source emu only */
 	bool bpf;			 /* source bpf: a reference on the process's instance */
 	bool bpf_slots;			 /* ... in thread-slot mode (else vCPU mode) */
-	char note[512];			 /* why auto chose what it chose */
-	char export_path[256];		 /* emu export=: the page's file, removed at close */
+	int yield_fd;	/* kvm source: the device, kept for PVHINT_IOC_YIELD_TO; -1 without */
+	bool yield_off; /* PVRT_DIRECTED_YIELD is not 1 */
+	char note[512]; /* why auto chose what it chose */
+	char export_path[256]; /* emu export=: the page's file, removed at close */
 };
 
 /* Set the calling thread's error message (a static string or a thread-local buffer); returns err.
@@ -86,6 +88,9 @@ int pvhint__emu_open(struct pvhint_impl *im, const char *spec, const char *label
 void pvhint__emu_close(struct pvhint_impl *im);
 void pvhint__emu_park(struct pvhint_impl *im);
 void pvhint__emu_unpark(struct pvhint_impl *im);
+/* Directed yield in slice mode (emu_yield_to); the answers of pvhint_yield_to. */
+bool pvhint__emu_can_yield(const struct pvhint_impl *im);
+int pvhint__emu_yield_to(struct pvhint_impl *im, unsigned v);
 
 /* Parse "12", "3ms", "250us", "1s", "10ns" into ns. Returns 0 or -EINVAL. */
 int pvhint__parse_ns(const char *s, uint64_t *out);

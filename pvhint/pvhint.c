@@ -17,6 +17,7 @@
 #include <string.h>
 #include <stdbool.h>
 #include <sys/auxv.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -227,6 +228,11 @@ int pvhint_open(const struct pvhint_options *opts, pvhint_t **out)
 	const char *spec = opts && opts->emu ? opts->emu : secure_getenv("PVRT_EMU");
 	const char *spec_label = opts && opts->emu ? "emulator spec" : "PVRT_EMU";
 
+	/* Directed yield (kvm, emu slice): only with PVRT_DIRECTED_YIELD=1 (pvhint/README.md). */
+	const char *dy = secure_getenv("PVRT_DIRECTED_YIELD");
+	if (dy && *dy && strcmp(dy, "0") && strcmp(dy, "1"))
+		return pvhint__fail(-EINVAL, "PVRT_DIRECTED_YIELD='%s': expected 0 or 1", dy);
+
 	pvhint_t *h = calloc(1, sizeof(*h));
 	struct pvhint_impl *im = calloc(1, sizeof(*im));
 	if (!h || !im) {
@@ -234,6 +240,8 @@ int pvhint_open(const struct pvhint_options *opts, pvhint_t **out)
 		free(im);
 		return pvhint__fail(-ENOMEM, "out of memory");
 	}
+	im->yield_fd = -1;
+	im->yield_off = !dy || strcmp(dy, "1");
 
 	if (!strcmp(src, "none")) {
 		err = pvhint__none_open(im);
@@ -298,6 +306,8 @@ void pvhint_close(pvhint_t *h)
 		pvhint__emu_close(h->impl);
 	if (h->impl->bpf)
 		pvhint__bpf_close(h->impl);
+	if (h->impl->yield_fd >= 0)
+		close(h->impl->yield_fd);
 	pvhint__page_free(h->impl);
 	free(h->impl);
 	free(h);
@@ -320,6 +330,28 @@ const char *pvhint_source_name(const pvhint_t *h)
 	default:
 		return "none";
 	}
+}
+
+bool pvhint_can_yield(const pvhint_t *h)
+{
+	return h && h->impl && (h->impl->yield_fd >= 0 || pvhint__emu_can_yield(h->impl));
+}
+
+int pvhint_yield_to(pvhint_t *h, unsigned v)
+{
+	if (!pvhint_can_yield(h))
+		return -ENOTSUP;
+	if (v >= h->nr)
+		return -EINVAL;
+	if (h->impl->emu)
+		return pvhint__emu_yield_to(h->impl, v);
+	/* The kernel checks the record again; this saves the system call when it reads running. */
+	if (!pvhint_vcpu_preempted(h, v))
+		return -EAGAIN;
+	int saved = errno; /* called from lock paths, which leave errno as glibc's do */
+	int r = ioctl(h->impl->yield_fd, PVHINT_IOC_YIELD_TO, (unsigned long)v) ? -errno : 0;
+	errno = saved;
+	return r == -EOPNOTSUPP ? -ENOTSUP : r;
 }
 
 uint32_t pvhint_nr_used(const pvhint_t *h)

@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -127,7 +128,18 @@ int pvhint__kvm_open(struct pvhint_impl *im, const char *path)
 	im->map_len = len;
 	im->hdr = p;
 	im->source = PVHINT_SOURCE_KVM;
+	/*
+	 * Directed yield: the kernel's device answers a request for a CPU beyond its records with
+	 * EINVAL when it can yield (EOPNOTSUPP: the host cannot; ENOTTY: an older kernel). The
+	 * probe costs no exit. A header of source kvm only: export= pages are files.
+	 */
+	if (S_ISCHR(st.st_mode) && !im->yield_off && h.source == PVHINT_SOURCE_KVM &&
+	    ioctl(fd, PVHINT_IOC_YIELD_TO, (unsigned long)h.nr_records) < 0 && errno == EINVAL) {
+		im->yield_fd = fd;
+		fd = -1;
+	}
 out:
-	close(fd); /* the mapping keeps the page alive */
+	if (fd >= 0)
+		close(fd); /* the mapping keeps the page alive */
 	return err;
 }

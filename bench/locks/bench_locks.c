@@ -99,10 +99,10 @@ int main(int argc, char **argv)
 		pvrt_locks_stats_get(PVRT_LOCK_MUTEX, &s);
 		fprintf(stderr,
 			"pvrt mutex: acquisitions %llu contended %llu spin-cut %llu parks %llu "
-			"hand-offs %llu\n",
+			"hand-offs %llu yields %llu\n",
 			(unsigned long long)s.acquisitions, (unsigned long long)s.contended,
 			(unsigned long long)s.spin_cut, (unsigned long long)s.parks,
-			(unsigned long long)s.handoffs);
+			(unsigned long long)s.handoffs, (unsigned long long)s.yields);
 	}
 	return r;
 }

@@ -34,6 +34,7 @@ struct pvrt_lock_stats {
 	uint64_t spin_cut;     /* spins cut short because the owner's vCPU was preempted */
 	uint64_t parks;	       /* futex parks */
 	uint64_t handoffs;     /* locks handed directly to a starving waiter */
+	uint64_t yields;       /* directed yields to a preempted owner's vCPU (pvhint_yield_to) */
 };
 
 /* The hint handle the locks read ("should I spin?"). NULL: pvhint_default(). Use a handle of

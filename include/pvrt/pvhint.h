@@ -110,6 +110,22 @@ static inline bool pvhint_pcpu_idle(const pvhint_t *h, unsigned v)
  * Context: any. */
 PVRT_API uint64_t pvhint_steal(const pvhint_t *h, unsigned v);
 
+/* ---- directed yield ---- */
+
+/*
+ * Ask the host to run vCPU v, preempted now, in place of the caller's vCPU: for a waiter whose
+ * lock holder sits on v (the kvm source on a kernel with guest-patches/0005; a system call that
+ * may deschedule the caller). 0: asked (the host may still decline); -EAGAIN: v's record does not
+ * show it preempted, or v is the caller's; -EBUSY: this vCPU asked a moment ago (the kernel's
+ * rate limit); -EINVAL: no such vCPU; -ENOTSUP: the source cannot (other sources, an older
+ * kernel, a host without directed yield, emu modes other than slice, or PVRT_DIRECTED_YIELD not
+ * 1: it is off by default, see pvhint/README.md), at no cost.
+ * Context: ULT, thread (it blocks the kernel thread, not a ULT switch).
+ */
+PVRT_API int pvhint_yield_to(pvhint_t *h, unsigned v);
+/* Can pvhint_yield_to() ever ask? Context: any. */
+PVRT_API bool pvhint_can_yield(const pvhint_t *h);
+
 /* ---- which vCPU the calling thread is on ---- */
 
 /* The emulated vCPU this thread is attached to, or -1 (private to libpvhint; read inline).

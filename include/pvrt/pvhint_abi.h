@@ -113,6 +113,15 @@ typedef uint64_t pvhint_u64;
 #define PVHINT_SOURCE_EMU  2u
 #define PVHINT_SOURCE_BPF  3u
 
+/*
+ * ioctl(fd, PVHINT_IOC_YIELD_TO, cpu) on the kernel's device (guest-patches/0005): ask the host
+ * to run vCPU cpu, preempted now, in place of the caller's (KVM_HC_SCHED_YIELD). 0 asked; EAGAIN
+ * cpu not preempted or the caller's own; EBUSY this vCPU asked within the kernel's rate limit;
+ * EINVAL not an online CPU; EOPNOTSUPP no directed yield from this host; ENOTTY an older kernel.
+ * _IO(0xB8, 0), spelt out so that the header needs no ioctl header.
+ */
+#define PVHINT_IOC_YIELD_TO 0xB800u
+
 /* Bits of pvhint_record.preempted (the same values as KVM_VCPU_*). */
 #define PVHINT_PREEMPTED (1u << 0) /* host holds the vCPU descheduled though runnable */
 /* Bit 1 is KVM_VCPU_FLUSH_TLB, guest-kernel internal: readers must ignore it. */

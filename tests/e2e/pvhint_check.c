@@ -19,6 +19,11 @@
  * updating h's record while h is offline (its steal-time MSR is cleared) and updates it again
  * after h comes back (the guest registered the record again).
  *
+ * Directed yield (PVHINT_IOC_YIELD_TO): its errors, that a vCPU seeing a squeezed sibling
+ * preempted can ask for it, and how often the sibling then runs before the request returns (a
+ * thread counting on it has counted) against as long a wait without a request: reported, not
+ * required, since the host's scheduler decides (see guest-patches/README.md).
+ *
  * Usage: pvhint_check [seconds, default 10] [squeezed vCPUs, default 0,1] [vCPU to hotplug]
  */
 #define _GNU_SOURCE
@@ -32,6 +37,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
@@ -373,6 +379,134 @@ static void *spin_on(void *arg)
 	return NULL;
 }
 
+struct counter {
+	int cpu, pin_error;
+	atomic_ulong count;
+	atomic_bool stop;
+};
+
+static int pin_self(int cpu)
+{
+	cpu_set_t set;
+
+	CPU_ZERO(&set);
+	CPU_SET(cpu, &set);
+	return sched_setaffinity(0, sizeof(set), &set) ? errno : 0;
+}
+
+static void *count_on(void *arg)
+{
+	struct counter *k = arg;
+
+	k->pin_error = pin_self(k->cpu);
+	while (!k->pin_error && !atomic_load_explicit(&k->stop, memory_order_relaxed))
+		atomic_fetch_add_explicit(&k->count, 1, memory_order_relaxed);
+	return NULL;
+}
+
+/*
+ * From vCPU a, for `seconds`: whenever b's record shows b preempted (a and b share one host
+ * CPU, so b is preempted whenever a runs), read the counter of a thread that counts on b, then
+ * either ask for b (ask) or wait as long as a request took on average (*ns / tries of the asking
+ * rounds so far, `win`), and read it again: b may also run because a's turn ended meanwhile.
+ * Counts the tries and those after which the counter moved.
+ */
+static void yield_round(int fd, int b, struct counter *k, bool ask, double seconds, double win,
+			unsigned long *tries, unsigned long *moved, unsigned long errs[4],
+			double *ns)
+{
+	double t0 = now_s();
+
+	while (now_s() - t0 < seconds) {
+		unsigned long c0, c1;
+		double s0;
+
+		if (!(records[b].preempted & PVHINT_PREEMPTED))
+			continue;
+		c0 = atomic_load_explicit(&k->count, memory_order_relaxed);
+		s0 = now_s();
+		if (ask && ioctl(fd, PVHINT_IOC_YIELD_TO, (unsigned long)b) != 0) {
+			errs[errno == EAGAIN ? 0 : errno == EBUSY ? 1 : errno == EINVAL ? 2 : 3]++;
+			/* EBUSY: within the rate limit; wait it out rather than count it. */
+			while (now_s() - s0 < 60e-6)
+				;
+			continue;
+		}
+		while (!ask && now_s() - s0 < win)
+			;
+		c1 = atomic_load_explicit(&k->count, memory_order_relaxed);
+		*ns += (now_s() - s0) * 1e9;
+		(*tries)++;
+		*moved += c1 != c0;
+	}
+}
+
+static void check_yield(int fd, int a, int b, int watcher)
+{
+	unsigned long tries[2] = {0}, moved[2] = {0}, errs[4] = {0}, junk[4] = {0};
+	double ns[2] = {0};
+	struct counter k = {.cpu = b};
+	cpu_set_t saved;
+	pthread_t t;
+	int r, e;
+
+	r = ioctl(fd, _IO(0xB8, 15), 0UL);
+	report(r == -1 && errno == ENOTTY, "yield-unknown-request", "ioctl 0xB80F: %s",
+	       r ? strerror(errno) : "accepted");
+	r = ioctl(fd, PVHINT_IOC_YIELD_TO, (unsigned long)nr_cpus);
+	e = errno;
+	report(r == -1 && e == EINVAL, "yield-supported",
+	       "a CPU beyond the records: %s (EOPNOTSUPP: the host offers no directed yield)",
+	       r ? strerror(e) : "accepted");
+	if (r == 0 || e != EINVAL)
+		return;
+	sched_getaffinity(0, sizeof(saved), &saved);
+	if (pin_self(a)) {
+		report(false, "yield", "cannot pin to vCPU %d", a);
+		return;
+	}
+	r = ioctl(fd, PVHINT_IOC_YIELD_TO, (unsigned long)a);
+	report(r == -1 && errno == EAGAIN, "yield-self", "vCPU %d asking for itself: %s", a,
+	       r ? strerror(errno) : "accepted");
+	if (watcher >= 0) {
+		/* An idle, unsqueezed vCPU is halted, not preempted. */
+		usleep(100000);
+		r = ioctl(fd, PVHINT_IOC_YIELD_TO, (unsigned long)watcher);
+		report(r == -1 && errno == EAGAIN, "yield-not-preempted",
+		       "vCPU %d asking for idle vCPU %d: %s", a, watcher,
+		       r ? strerror(errno) : "accepted");
+	}
+	if (pthread_create(&t, NULL, count_on, &k)) {
+		report(false, "yield", "pthread_create failed");
+		return;
+	}
+	/* Alternate asking and waiting, so that both see the same host. */
+	for (int round = 0; round < 8; round++) {
+		bool ask = !(round & 1);
+
+		yield_round(fd, b, &k, ask, observe_s / 16,
+			    tries[0] ? ns[0] / tries[0] / 1e9 : 100e-6, &tries[!ask], &moved[!ask],
+			    ask ? errs : junk, &ns[!ask]);
+	}
+	atomic_store(&k.stop, true);
+	pthread_join(t, NULL);
+	sched_setaffinity(0, sizeof(saved), &saved);
+	if (k.pin_error) {
+		report(false, "yield", "cannot pin to vCPU %d: %s", b, strerror(k.pin_error));
+		return;
+	}
+	report(tries[0] > 0 && errs[2] + errs[3] == 0, "yield-asks",
+	       "vCPU %d asked for preempted vCPU %d %lu times; refused: %lu EAGAIN (it ran "
+	       "meanwhile), %lu EBUSY, %lu EINVAL, %lu other",
+	       a, b, tries[0], errs[0], errs[1], errs[2], errs[3]);
+	printf("INFO yield: vCPU %d ran before %lu of %lu requests returned (%.3f; %.0f us each) "
+	       "and during %lu of %lu waits as long without a request (%.3f; %.0f us each)\n",
+	       b, moved[0], tries[0], tries[0] ? (double)moved[0] / tries[0] : 0.0,
+	       tries[0] ? ns[0] / tries[0] / 1e3 : 0.0, moved[1], tries[1],
+	       tries[1] ? (double)moved[1] / tries[1] : 0.0,
+	       tries[1] ? ns[1] / tries[1] / 1e3 : 0.0);
+}
+
 /* Take vCPU cpu offline and online again; see the usage above. */
 static void check_hotplug(int cpu, int online)
 {
@@ -574,6 +708,23 @@ int main(int argc, char **argv)
 
 	if (h->valid & PVHINT_VALID_IS_IDLE)
 		check_is_idle(obs, online);
+
+	{
+		int a = -1, b = -1, watcher = -1;
+
+		for (int c = 0; c < online; c++) {
+			if (!squeezed[c])
+				watcher = watcher < 0 ? c : watcher;
+			else if (a < 0)
+				a = c;
+			else if (b < 0)
+				b = c;
+		}
+		if (a >= 0 && b >= 0)
+			check_yield(fd, a, b, watcher);
+		else
+			report(false, "yield", "needs two squeezed vCPUs");
+	}
 
 	if (argc > 3)
 		check_hotplug((int)strtol(argv[3], NULL, 10), online);

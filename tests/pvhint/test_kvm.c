@@ -91,7 +91,25 @@ int main(void)
 	rec[5].steal = 12345;
 	rec[5].version = 2;
 	CHECK_EQ(pvhint_steal(h, 5), 12345);
+	/* A page in a file cannot yield (only the kernel's device can): no system call, and a
+	 * lock that asks parks as before. */
+	__atomic_store_n(&rec[3].preempted, 1, __ATOMIC_RELEASE);
+	CHECK(!pvhint_can_yield(h));
+	CHECK_EQ(pvhint_yield_to(h, 3), -ENOTSUP);
+	CHECK_EQ(pvhint_yield_to(h, 1000), -ENOTSUP);
+	CHECK(!pvhint_can_yield(NULL));
+	CHECK_EQ(pvhint_yield_to(NULL, 0), -ENOTSUP);
+	__atomic_store_n(&rec[3].preempted, 0, __ATOMIC_RELEASE);
 	pvhint_close(h);
+	/* The switch: 0 and 1 are accepted, anything else is refused with the name. */
+	CHECK(!setenv("PVRT_DIRECTED_YIELD", "0", 1));
+	CHECK(!open_kvm("kvm", &h));
+	CHECK(!pvhint_can_yield(h));
+	pvhint_close(h);
+	CHECK(!setenv("PVRT_DIRECTED_YIELD", "yes", 1));
+	CHECK_EQ(open_kvm("kvm", &h), -EINVAL);
+	CHECK(strstr(pvhint_errmsg(), "PVRT_DIRECTED_YIELD"));
+	CHECK(!unsetenv("PVRT_DIRECTED_YIELD"));
 	/* auto picks it when valid */
 	CHECK(!open_kvm("auto", &h));
 	CHECK(!strcmp(pvhint_source_name(h), "kvm"));

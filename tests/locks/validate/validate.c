@@ -119,6 +119,7 @@ struct pvrt_lock_stats stats_since(enum pvrt_lock_class c, const struct pvrt_loc
 	    .spin_cut = now.spin_cut - before->spin_cut,
 	    .parks = now.parks - before->parks,
 	    .handoffs = now.handoffs - before->handoffs,
+	    .yields = now.yields - before->yields,
 	};
 }
 
@@ -167,9 +168,12 @@ void validate_end(void)
 		pvrt_locks_stats_get(c, &st);
 		if (!st.acquisitions)
 			continue;
-		printf("%-8s acq %llu contended %llu spin-cut %llu parks %llu hand-offs %llu\n",
-		       pvrt_lock_class_name(c), (unsigned long long)st.acquisitions,
-		       (unsigned long long)st.contended, (unsigned long long)st.spin_cut,
-		       (unsigned long long)st.parks, (unsigned long long)st.handoffs);
+		printf(
+		    "%-8s acq %llu contended %llu spin-cut %llu parks %llu hand-offs %llu yields "
+		    "%llu\n",
+		    pvrt_lock_class_name(c), (unsigned long long)st.acquisitions,
+		    (unsigned long long)st.contended, (unsigned long long)st.spin_cut,
+		    (unsigned long long)st.parks, (unsigned long long)st.handoffs,
+		    (unsigned long long)st.yields);
 	}
 }

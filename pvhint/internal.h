@@ -27,6 +27,7 @@ struct pvhint_impl {
 	int yield_fd;	/* kvm source: the device, kept for PVHINT_IOC_YIELD_TO; -1 without */
 	bool yield_off; /* PVRT_DIRECTED_YIELD is not 1 */
 	char note[512]; /* why auto chose what it chose */
+	bool notice; /* ... and the default handle says it on stderr (a device it may not read) */
 	char export_path[256]; /* emu export=: the page's file, removed at close */
 };
 

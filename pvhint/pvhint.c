@@ -265,8 +265,10 @@ int pvhint_open(const struct pvhint_options *opts, pvhint_t **out)
 		 * passed over stays in pvhint_note().
 		 */
 		err = pvhint__kvm_open(im, kvm_path);
+		/* A device there that we may not read: the administrator can change that. */
+		im->notice = err == -EACCES;
 		if (err) {
-			char why[128];
+			char why[256];
 			snprintf(why, sizeof(why), "%s", pvhint_errmsg());
 			/* Not for a setuid (AT_SECURE) program: its invoker could make it load a
 			 * kernel program that runs at every context switch on the machine. */
@@ -377,6 +379,10 @@ static char default_msg[256];
 static void default_init(void)
 {
 	default_err = pvhint_open(NULL, &default_h);
+	/* The one-line notice of a fallback that the user can act on (README, 'Access to
+	 * /dev/pvhint'); once per process: this runs once. */
+	if (!default_err && default_h->impl->notice)
+		dprintf(2, "pvrt: hints: %s\n", default_h->impl->note);
 	if (default_err) {
 		snprintf(default_msg, sizeof(default_msg), "%s", pvhint_errmsg());
 		/* The callers still get well-defined answers: all hints false. */

@@ -69,6 +69,12 @@ int pvhint__kvm_open(struct pvhint_impl *im, const char *path)
 	/* Non-blocking: opening a FIFO for reading would wait for a writer for ever. */
 	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
 
+	if (fd < 0 && errno == EACCES && !strcmp(path, PVHINT_DEV_PATH))
+		return pvhint__fail(
+		    -EACCES,
+		    "kvm: cannot open %s: %s (root's only, unless the administrator "
+		    "grants a group: README, 'Access to /dev/pvhint')",
+		    path, strerror(EACCES));
 	if (fd < 0)
 		return pvhint__fail(-errno, "kvm: cannot open %s: %s", path, strerror(errno));
 	if (fstat(fd, &st) < 0) {

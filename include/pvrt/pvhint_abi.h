@@ -3,9 +3,12 @@
  * pvhint ABI: the page that carries per-vCPU scheduling hints to user space.
  *
  * This header is the single definition of that page. The guest kernel patches
- * (guest-patches/) carry the same layout in include/uapi/linux/pvhint.h; every
- * hint source of libpvhint (kvm, emu, bpf, none) publishes exactly this format,
- * so nothing above libpvhint can tell the sources apart.
+ * (guest-patches/) define the kernel's part in include/uapi/linux/pvhint.h: the
+ * same header block (the kernel's source value only, its reserved words zero)
+ * over struct kvm_steal_time records; the other sources, the thread-slot fields
+ * and the device path are this library's own. Every hint source of libpvhint
+ * (kvm, emu, bpf, none) publishes exactly this format, so nothing above
+ * libpvhint can tell the sources apart.
  *
  * Layout of the mapping (all offsets in bytes, little endian, read-only):
  *
@@ -21,8 +24,9 @@
  *
  * Contract for the kernel (kvm) source
  * ------------------------------------
- *  - Device: a misc character device, PVHINT_DEV_PATH ("/dev/pvhint", mode 0444,
- *    present only when the host offers steal time), whose mmap() at offset 0
+ *  - Device: a misc character device, PVHINT_DEV_PATH ("/dev/pvhint", mode 0400
+ *    root's unless the administrator grants a group; present only when the host
+ *    offers steal time), whose mmap() at offset 0
  *    returns the header page followed by the record pages themselves (no
  *    copy). The total size is header_size + round_up(nr_records *
  *    record_stride, page size). Mappings are shared and read-only: PROT_EXEC

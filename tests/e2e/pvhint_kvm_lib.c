@@ -8,7 +8,9 @@
  * vCPU, the squeezed vCPUs (0 and 1 by default) are seen preempted and running again by
  * pvhint_vcpu_preempted(), their pvhint_steal() advances, and no thread sees its own vCPU
  * preempted. pvhint_pcpu_idle() of a running vCPU is false, and always false when the host does
- * not provide is_idle.
+ * not provide is_idle. A process of another user cannot open the device (mode 0400, root's): 'kvm'
+ * fails with EACCES and a message that says how access is granted, and 'auto' falls back with a
+ * one-line note saying why.
  *
  * Usage: pvhint_kvm_lib [seconds, default 5] [squeezed vCPUs, default 0,1]
  */
@@ -21,7 +23,9 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <grp.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -77,6 +81,53 @@ static void *watch(void *arg)
 	return NULL;
 }
 
+/* In a child that became user nobody: 'kvm' fails with EACCES and says how access is granted;
+ * 'auto' falls back to another source, and its note says why. */
+static void check_unprivileged(struct pvhint_options *opts)
+{
+	int pipefd[2], status;
+	char buf[1024] = "";
+	pid_t pid;
+
+	if (geteuid() != 0) {
+		printf("INFO unprivileged: not root, not checked\n");
+		return;
+	}
+	if (pipe(pipefd) || (pid = fork()) < 0) {
+		report(false, "unprivileged", "pipe/fork: %s", strerror(errno));
+		return;
+	}
+	if (pid == 0) {
+		pvhint_t *h;
+		int err, n;
+
+		close(pipefd[0]);
+		if (setgroups(0, NULL) || setgid(65534) || setuid(65534))
+			_exit(2);
+		opts->source = "kvm";
+		err = pvhint_open(opts, &h);
+		n = snprintf(buf, sizeof(buf), "kvm: %d %s|", err, err ? pvhint_errmsg() : "");
+		opts->source = "auto";
+		err = pvhint_open(opts, &h);
+		snprintf(buf + n, sizeof(buf) - n, "auto chose %s: %s",
+			 err ? "nothing" : pvhint_source_name(h),
+			 err ? pvhint_errmsg() : pvhint_note(h));
+		if (write(pipefd[1], buf, strlen(buf)) < 0)
+			_exit(3);
+		_exit(0);
+	}
+	close(pipefd[1]);
+	ssize_t n = read(pipefd[0], buf, sizeof(buf) - 1);
+	close(pipefd[0]);
+	buf[n > 0 ? n : 0] = 0;
+	waitpid(pid, &status, 0);
+	report(WIFEXITED(status) && WEXITSTATUS(status) == 0 && strstr(buf, "kvm: -13 ") &&
+		   strstr(buf, "grant") &&
+		   (strstr(buf, "|auto chose none: ") || strstr(buf, "|auto chose bpf: ")) &&
+		   strstr(strstr(buf, "|auto chose"), "Permission denied"),
+	       "unprivileged", "as user nobody: %s", buf);
+}
+
 int main(int argc, char **argv)
 {
 	report_prefix = "lib-";
@@ -124,6 +175,8 @@ int main(int argc, char **argv)
 	       err ? pvhint_errmsg() : pvhint_note(autoh));
 	if (!err)
 		pvhint_close(autoh);
+
+	check_unprivileged(&opts);
 
 	nr_online = (int)sysconf(_SC_NPROCESSORS_ONLN);
 	report(pvhint_nr_vcpus(hint) >= (uint32_t)nr_online && nr_online <= MAX_CPUS &&

@@ -82,9 +82,10 @@ int main(void)
 {
 	expect_off("vcpus=2,pcpus=1"); /* off by default */
 	CHECK(!setenv("PVRT_DIRECTED_YIELD", "1", 1));
-	CHECK(!pvhint_open(&(struct pvhint_options){.source = "emu",
-						    .emu = "vcpus=3,pcpus=1,mode=slice,quantum=20ms"},
-			   &h));
+	CHECK(
+	    !pvhint_open(&(struct pvhint_options){.source = "emu",
+						  .emu = "vcpus=3,pcpus=1,mode=slice,quantum=20ms"},
+			 &h));
 	CHECK(pvhint_can_yield(h));
 	CHECK_EQ(pvhint_yield_to(h, V), -EINVAL);
 	CHECK_EQ(pvhint_yield_to(h, 1), -EAGAIN); /* nothing attached: nobody is preempted */

@@ -302,7 +302,8 @@ static void step_learn(struct spin_est *est, bool was_free)
  * the word, so the new owner never waits in the queue's hand-shakes. 'extra'
  * is WAITERS once the caller has parked (see the header comment).
  */
-static bool spin_queued(lk_mutex_t *m, uint32_t extra, struct pvrt_ult *self, pvhint_t *h)
+static bool spin_queued(lk_mutex_t *m, uint32_t extra, struct pvrt_ult *self, pvhint_t *h,
+			bool *cut)
 {
 	struct mx_thread *t = mx_self();
 	bool blind = !(h->valid & PVHINT_VALID_PREEMPTED) || own_vcpu_shared(t, h, self);
@@ -370,18 +371,7 @@ static bool spin_queued(lk_mutex_t *m, uint32_t extra, struct pvrt_ult *self, pv
 	}
 	if (c.cut)
 		lk_stat(C, LK_SPIN_CUT);
-	/* The owner's vCPU is preempted: have it run in our vCPU's place, then look once more
-	 * before parking (a park would leave the owner to the host's next turn). The time away
-	 * was not spinning (the estimate below). */
-	if (c.cut && !got &&
-	    lk_yield_to_vcpu1(h, __atomic_load_n(&m->owner_vcpu, __ATOMIC_RELAXED), C)) {
-		moved = true;
-		uint32_t w = __atomic_load_n(&m->word, __ATOMIC_RELAXED);
-		/* Acquire: as above. */
-		got = !(w & LOCKED) &&
-		      __atomic_compare_exchange_n(&m->word, &w, w | LOCKED | extra, false,
-						  __ATOMIC_ACQUIRE, __ATOMIC_RELAXED);
-	}
+	*cut = c.cut && !got;
 	/* The estimate belongs to the thread we started on; after a yield we may be on another,
 	 * and the time away was not spinning: leave it alone then. */
 	if (blind && !moved && got) {
@@ -418,8 +408,19 @@ static bool spin_acquire(lk_mutex_t *m, uint32_t extra, struct pvrt_ult *self)
 	}
 	if (!spin_admit())
 		return false;
-	bool got = spin_queued(m, extra, self, h);
+	bool cut = false;
+	bool got = spin_queued(m, extra, self, h, &cut);
 	spin_leave();
+	/* The owner's vCPU is preempted: have it run in our vCPU's place (PVRT_DIRECTED_YIELD),
+	 * then look once more before parking, which would leave the owner to the host's next
+	 * turn. Not counted as a spinner meanwhile: others may spin on an owner that runs. */
+	if (cut && lk_yield_to_vcpu1(h, __atomic_load_n(&m->owner_vcpu, __ATOMIC_RELAXED), C)) {
+		uint32_t w = __atomic_load_n(&m->word, __ATOMIC_RELAXED);
+		/* Acquire: as in spin_queued. */
+		got = !(w & LOCKED) &&
+		      __atomic_compare_exchange_n(&m->word, &w, w | LOCKED | extra, false,
+						  __ATOMIC_ACQUIRE, __ATOMIC_RELAXED);
+	}
 	return got;
 }
 

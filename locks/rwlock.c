@@ -78,6 +78,7 @@ struct contender {
 	pvhint_t *h;
 	struct lk_spin sp;
 	bool spinning, contended;
+	bool yielded; /* one directed yield per call */
 };
 
 /* One round of contention on state s: true to retry at once (spinning), false to park. */
@@ -100,11 +101,14 @@ static bool contend_spin(lk_rwlock_t *rw, uint32_t s, struct contender *cw)
 	}
 	if (cut && cw->sp.budget) {
 		lk_stat(C, LK_SPIN_CUT);
-		/* Run the writer's vCPU in ours, then look again (a second cut within the
-		 * kernel's rate limit parks). */
-		if (lk_yield_to_vcpu1(cw->h, __atomic_load_n(&rw->writer_vcpu, __ATOMIC_RELAXED),
-				      C))
+		/* Run the writer's vCPU in ours (once per call), then look again; a second
+		 * cut parks. */
+		if (!cw->yielded &&
+		    lk_yield_to_vcpu1(cw->h, __atomic_load_n(&rw->writer_vcpu, __ATOMIC_RELAXED),
+				      C)) {
+			cw->yielded = true;
 			return true;
+		}
 		cw->sp.budget = 0;
 	}
 	return false;

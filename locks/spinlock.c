@@ -53,6 +53,8 @@ static void spin_slow(pvrt_spinlock_t *s)
 	pvhint_t *h = lk_hints();
 	uint32_t me = self_word();
 	uint32_t parked = 0; /* PARKED once we have parked: others may still sleep */
+	bool yielded =
+	    false; /* one directed yield per call: then the kernel's limit is not the bound */
 	for (;;) {
 		struct lk_spin sp;
 		lk_spin_init(&sp, LK_SPINLOCK_SPIN_NS);
@@ -67,12 +69,14 @@ static void spin_slow(pvrt_spinlock_t *s)
 			}
 			if (lk_vcpu1_preempted(h, w & ~PARKED)) {
 				lk_stat(C, LK_SPIN_CUT);
-				/* Run the holder's vCPU in ours, then spin again: it runs now. A
-				 * second cut within the kernel's rate limit parks. */
-				if (lk_yield_to_vcpu1(h, w & ~PARKED, C))
+				/* Run the holder's vCPU in ours (once per call), then spin
+				 * again: it runs now. A second cut parks. */
+				if (!yielded && lk_yield_to_vcpu1(h, w & ~PARKED, C)) {
+					yielded = true;
 					lk_spin_init(&sp, LK_SPINLOCK_SPIN_NS);
-				else
+				} else {
 					break;
+				}
 			}
 			if (!lk_spin_more(&sp))
 				break;

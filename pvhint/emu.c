@@ -881,9 +881,11 @@ int pvhint__emu_yield_to(struct pvhint_impl *im, unsigned v)
 	if (v >= e->c.vcpus)
 		return -EINVAL;
 	int self = t && emu_thr_emu(t) == e ? (int)t->vcpu : -1;
+	int saved = errno; /* called from lock paths, which leave errno as glibc's do */
 	emu_lock_enter(&e->lock);
 	int r = emu_yield_to(e, self, v, os_now_ns());
 	emu_lock_leave(&e->lock); /* our vCPU's stop, if it lost its pCPU, waits here */
+	errno = saved;
 	return r;
 }
 

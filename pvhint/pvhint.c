@@ -228,9 +228,10 @@ int pvhint_open(const struct pvhint_options *opts, pvhint_t **out)
 	const char *spec = opts && opts->emu ? opts->emu : secure_getenv("PVRT_EMU");
 	const char *spec_label = opts && opts->emu ? "emulator spec" : "PVRT_EMU";
 
-	/* Directed yield (kvm, emu slice): only with PVRT_DIRECTED_YIELD=1 (pvhint/README.md). */
+	/* Directed yield (kvm, emu slice): only with PVRT_DIRECTED_YIELD=1 (pvhint/README.md).
+	 * Source none never yields, so that a bad value leaves the fallback handle open. */
 	const char *dy = secure_getenv("PVRT_DIRECTED_YIELD");
-	if (dy && *dy && strcmp(dy, "0") && strcmp(dy, "1"))
+	if (dy && *dy && strcmp(dy, "0") && strcmp(dy, "1") && strcmp(src, "none"))
 		return pvhint__fail(-EINVAL, "PVRT_DIRECTED_YIELD='%s': expected 0 or 1", dy);
 
 	pvhint_t *h = calloc(1, sizeof(*h));
@@ -336,7 +337,9 @@ const char *pvhint_source_name(const pvhint_t *h)
 
 bool pvhint_can_yield(const pvhint_t *h)
 {
-	return h && h->impl && (h->impl->yield_fd >= 0 || pvhint__emu_can_yield(h->impl));
+	return h && h->impl &&
+	       (__atomic_load_n(&h->impl->yield_fd, __ATOMIC_RELAXED) >= 0 ||
+		pvhint__emu_can_yield(h->impl));
 }
 
 int pvhint_yield_to(pvhint_t *h, unsigned v)
@@ -351,8 +354,15 @@ int pvhint_yield_to(pvhint_t *h, unsigned v)
 	if (!pvhint_vcpu_preempted(h, v))
 		return -EAGAIN;
 	int saved = errno; /* called from lock paths, which leave errno as glibc's do */
-	int r = ioctl(h->impl->yield_fd, PVHINT_IOC_YIELD_TO, (unsigned long)v) ? -errno : 0;
+	int fd = __atomic_load_n(&h->impl->yield_fd, __ATOMIC_RELAXED);
+	int r = ioctl(fd, PVHINT_IOC_YIELD_TO, (unsigned long)v) ? -errno : 0;
 	errno = saved;
+	/* The program closed our descriptor (closefrom() and the like), or the number now names
+	 * another file: stop asking; it is not ours to close any more. */
+	if (r == -EBADF || r == -ENOTTY) {
+		__atomic_store_n(&h->impl->yield_fd, -1, __ATOMIC_RELAXED);
+		return -ENOTSUP;
+	}
 	return r == -EOPNOTSUPP ? -ENOTSUP : r;
 }
 

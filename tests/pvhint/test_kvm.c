@@ -109,6 +109,9 @@ int main(void)
 	CHECK(!setenv("PVRT_DIRECTED_YIELD", "yes", 1));
 	CHECK_EQ(open_kvm("kvm", &h), -EINVAL);
 	CHECK(strstr(pvhint_errmsg(), "PVRT_DIRECTED_YIELD"));
+	/* ... but source none, the fallback of pvhint_default(), still opens. */
+	CHECK(!open_kvm("none", &h));
+	pvhint_close(h);
 	CHECK(!unsetenv("PVRT_DIRECTED_YIELD"));
 	/* auto picks it when valid */
 	CHECK(!open_kvm("auto", &h));

@@ -10,6 +10,7 @@
  * TCG only good for ratios between runs of one boot).
  *
  * Usage: idle_pingpong LABEL [rounds, default 20000] [cpu a, default 0] [cpu b, default 1]
+ *        idle_pingpong --valid   (in the idle L2: print the valid bits of /dev/pvhint's header)
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -20,6 +21,9 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -83,9 +87,26 @@ static int cmp(const void *x, const void *y)
 	return a < b ? -1 : a > b;
 }
 
+/* The header's valid bits (offset 20, include/pvrt/pvhint_abi.h): is_idle offered is bit 2. */
+static int print_valid(void)
+{
+	int fd = open("/dev/pvhint", O_RDONLY);
+	const uint32_t *h = fd < 0 ? MAP_FAILED : mmap(NULL, 4096, PROT_READ, MAP_SHARED, fd, 0);
+
+	if (h == MAP_FAILED) {
+		printf("valid ? (/dev/pvhint: %s)\n", strerror(errno));
+		return 1;
+	}
+	printf("valid %#x\n", h[5]);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	const char *label = argc > 1 ? argv[1] : "run";
+
+	if (!strcmp(label, "--valid"))
+		return print_valid();
 	int cpu_a = argc > 3 ? atoi(argv[3]) : 0;
 	pthread_t t;
 

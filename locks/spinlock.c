@@ -53,8 +53,8 @@ static void spin_slow(pvrt_spinlock_t *s)
 	pvhint_t *h = lk_hints();
 	uint32_t me = self_word();
 	uint32_t parked = 0; /* PARKED once we have parked: others may still sleep */
-	bool yielded =
-	    false; /* one directed yield per call: then the kernel's limit is not the bound */
+	/* One directed yield per call: the kernel's rate limit must not be the only bound. */
+	bool yielded = false;
 	for (;;) {
 		struct lk_spin sp;
 		lk_spin_init(&sp, LK_SPINLOCK_SPIN_NS);

@@ -871,15 +871,11 @@ bool pvhint__emu_can_yield(const struct pvhint_impl *im)
 	       !__atomic_load_n(&im->emu->dead, __ATOMIC_RELAXED);
 }
 
+/* pvhint_yield_to checked that we may yield and that v is in range. */
 int pvhint__emu_yield_to(struct pvhint_impl *im, unsigned v)
 {
 	struct pvhint_emu *e = im->emu;
 	struct emu_thr *t = emu_self;
-
-	if (!pvhint__emu_can_yield(im))
-		return -ENOTSUP;
-	if (v >= e->c.vcpus)
-		return -EINVAL;
 	int self = t && emu_thr_emu(t) == e ? (int)t->vcpu : -1;
 	int saved = errno; /* called from lock paths, which leave errno as glibc's do */
 	emu_lock_enter(&e->lock);

@@ -11,19 +11,19 @@
  * Model: N processes, each arriving ITER times; with N > COUNT the arrivals of the next round
  * race with the end of the current one (barrier_overlap.pml: a process that has left arrives
  * again while waiters of the overlapping round still sleep). Even processes are threads (the
- * kernel futex), odd ones ULTs (rt_futex): two wait queues, one bit each. A futex wait is one atomic step that compares
- * the high half (round and both bits) and queues, then a block until woken: no spurious
- * wake-ups, so a missed wake-up shows as a blocked process. A compare-and-swap is a load (one
- * step) and a swap that succeeds only if the whole word is unchanged (the next step). The
- * arrival's swap loop is one atomic step: a failed swap only retries. The spin before sleeping
- * is left out: it only returns early when the round has ended.
+ * kernel futex), odd ones ULTs (rt_futex): two wait queues, one bit each. A futex wait is one
+ * atomic step that compares the high half (round and both bits) and queues, then a block until
+ * woken: no spurious wake-ups, so a missed wake-up shows as a blocked process. A compare-and-swap
+ * is a load (one step) and a swap that succeeds only if the whole word is unchanged (the next
+ * step). The arrival's swap loop is one atomic step: a failed swap only retries. The spin before
+ * sleeping is left out: it only returns early when the round has ended.
  *
  * Seeded faults it catches (checked by hand): the last arrival reading the bits before its swap
  * (a waiter that set its bit in between sleeps for ever); the bit set with a plain store of the
  * word it loaded (a concurrent arrival is lost, so its round never ends); the kernel waiters not
  * woken. Each fails all three configurations (0.4M, 1.5M and 0.55M states, 13 s in all). Not
- * modelled: the round number's wrap (barrier.c), weak memory (one word: coherence is enough), spurious
- * wake-ups (the loop looks again), 'inside' and destroy.
+ * modelled: the round number's wrap (barrier.c), weak memory (one word: coherence is enough),
+ * spurious wake-ups (the loop looks again), 'inside' and destroy.
  */
 #ifndef N
 #define N 4

@@ -63,10 +63,14 @@ static inline void lk_backoff(unsigned *b)
 /* ---- the runtime (wait.h) ---- */
 
 /* rt_ult_current() without a call for threads that are not workers (the common case for
- * pthread programs). Only for use at the start of a lock call: a worker's ULT may move to another
- * worker at any switch, so the test must not be reused after one. */
+ * pthread programs) and for ULTs with their own TLS (M:N mode), whose block names them. Only for
+ * use at the start of a lock call: a worker's ULT may move to another worker at any switch, so
+ * the test must not be reused after one. */
 static inline struct pvrt_ult *lk_self_ult(void)
 {
+	struct pvrt_ult *u = rt_tls_ult;
+	if (u)
+		return u;
 	return __builtin_expect(rt_tls_worker == NULL, 1) ? NULL : rt_ult_current();
 }
 /* ---- hints ---- */

@@ -185,6 +185,7 @@ static void teardown_primary(void)
 		rt_tls_kernel_free(main_ktp);
 	main_ktp = NULL;
 	rt_tls_worker = NULL;
+	rt_tls_ult = NULL;
 	rt_tls_m = NULL; /* the parent's kernel-thread record (sysmon.c) */
 }
 
@@ -288,6 +289,7 @@ int pvrt_init(const struct pvrt_config *c)
 	if (rt_state.ult_tls) {
 		p->tp = w0->tp;
 		w0->owner->tp = main_ktp;
+		rt_tls_ult = p;
 	}
 	pthread_getaffinity_np(pthread_self(), sizeof(rt_state.old_affinity),
 			       &rt_state.old_affinity);
@@ -405,6 +407,7 @@ void rt_fork_child_reset(void)
 	sched0_stack = NULL;
 	main_ktp = NULL;
 	rt_tls_worker = NULL;
+	rt_tls_ult = NULL;
 	rt_tls_m = NULL; /* the parent's kernel-thread record (sysmon.c) */
 }
 

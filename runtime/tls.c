@@ -85,6 +85,7 @@ static struct {
 	ptrdiff_t kw_off[MAX_KWORDS];
 	size_t kw_size[MAX_KWORDS];
 	unsigned nkw;
+	ptrdiff_t off_ult; /* rt_tls_ult (wait.h), from tp */
 	/* The owner words of ld.so's recursive locks (in _rtld_global): the kernel tid of the
 	 * thread that holds each (rt_tls_ldso_locked). */
 	int *ldso_owner[MAX_LDSO_LOCKS]; /* at most 32: a mask holds them */
@@ -232,6 +233,7 @@ static int discover(void)
 		T.kw_size[2 + i] = hw[i].size;
 	}
 	T.nkw = 2 + n;
+	T.off_ult = (char *)&rt_tls_ult - tp;
 	ldso_find();
 	T.state = 1;
 	return 0;
@@ -368,6 +370,7 @@ void *rt_tls_create(struct pvrt_ult *u, void *stack, size_t len, size_t guard, v
 		return NULL;
 	tr->magic = TRAILER_MAGIC;
 	tr->ult = u;
+	*(struct pvrt_ult **)(void *)(tp + T.off_ult) = u;
 
 	char *me = pd_of(rt_tp_get());
 #if defined(__x86_64__)

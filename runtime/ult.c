@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 __thread struct rt_worker *rt_tls_worker;
+__thread struct pvrt_ult *rt_tls_ult;
 
 __attribute__((noinline)) struct rt_worker *rt_worker_cur(void)
 {
@@ -244,6 +245,11 @@ void rt_ult_sigmask_changed(uint64_t m)
 
 struct pvrt_ult *rt_ult_current(void)
 {
+	/* Per-ULT TLS: the caller's own block names it (M:N mode, every lock call). */
+	if (rt_state.ult_tls)
+		return rt_tls_ult;
+	/* Shared TLS: the worker's current ULT, read in a section, so that a preemption cannot move
+	 * the caller between reading its worker and reading that worker's current ULT. */
 	PVRT_RT_SCOPE();
 	struct rt_worker *w = rt_tls_worker;
 	return w ? w->cur : NULL;
@@ -251,8 +257,10 @@ struct pvrt_ult *rt_ult_current(void)
 
 int rt_worker_vcpu(void)
 {
-	PVRT_RT_SCOPE();
-	struct rt_worker *w = rt_tls_worker;
+	/* No section: a hint, and a ULT that moves on right after the load reports its old worker's
+	 * vCPU, as one that moves just after the call does. Workers outlive every ULT, so a worker
+	 * read on the thread the caller has just left is still one to read. */
+	struct rt_worker *w = rt_worker_cur();
 	return w ? (int)w->vcpu : pvhint_self_vcpu();
 }
 

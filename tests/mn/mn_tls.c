@@ -2,7 +2,9 @@
 /*
  * __thread variables and errno are each thread's own under pvrt-run --mn, across yields and
  * across waits after which a ULT may resume on another worker (it is woken by threads on other
- * workers); malloc, stdio and strerror (glibc's per-thread state) work in every thread.
+ * workers); malloc, stdio and strerror (glibc's per-thread state) work in every thread. A
+ * ULT keeps owning an error-checking mutex it holds across such a wait (the locks name their
+ * caller wherever it runs).
  */
 #include "mn_check.h"
 
@@ -19,6 +21,7 @@
 static __thread long tv = 11;
 static __thread char tname[32];
 static sem_t ring[N];
+static pthread_mutex_t own[N];
 static int moved;
 
 static void *body(void *arg)
@@ -31,9 +34,15 @@ static void *body(void *arg)
 	for (int r = 0; r < ROUNDS; r++) {
 		mn_tid_seen();
 		errno = (int)(id * 1000 + r);
+		CHECK_EQ(pthread_mutex_lock(&own[id]), 0);
 		/* A token ring: wait for our predecessor, pass on to the successor. */
 		CHECK_EQ(sem_wait(&ring[id]), 0);
 		CHECK_EQ(errno, id * 1000 + r); /* sem_wait succeeded: errno untouched */
+		/* Still the owner, wherever we resumed; the successor's mutex is not ours. */
+		CHECK_EQ(pthread_mutex_lock(&own[id]), EDEADLK);
+		CHECK_EQ(pthread_mutex_unlock(&own[(id + 1) % N]), EPERM);
+		CHECK_EQ(pthread_mutex_unlock(&own[id]), 0);
+		errno = (int)(id * 1000 + r);
 		CHECK_EQ(sem_post(&ring[(id + 1) % N]), 0);
 		sched_yield();
 		CHECK_EQ(errno, id * 1000 + r);
@@ -56,8 +65,13 @@ static void *body(void *arg)
 
 int main(void)
 {
-	for (int i = 0; i < N; i++)
+	pthread_mutexattr_t a;
+	CHECK_EQ(pthread_mutexattr_init(&a), 0);
+	CHECK_EQ(pthread_mutexattr_settype(&a, PTHREAD_MUTEX_ERRORCHECK), 0);
+	for (int i = 0; i < N; i++) {
 		CHECK_EQ(sem_init(&ring[i], 0, i == 0), 0);
+		CHECK_EQ(pthread_mutex_init(&own[i], &a), 0);
+	}
 	tv = -1;
 	pthread_t t[N];
 	for (long i = 0; i < N; i++)

@@ -270,6 +270,8 @@ static int load(void)
 	s->rodata->nr_cpus = (uint32_t)ncpu;
 	err = bpf_map__set_max_entries(s->maps.cpus, (uint32_t)ncpu);
 	if (!err)
+		err = bpf_map__set_max_entries(s->maps.vtimers, (uint32_t)ncpu);
+	if (!err)
 		err =
 		    bpf_map__set_max_entries(s->maps.vpage, PVHINT_BPF_HDR_ELEMS + (uint32_t)ncpu);
 	if (!err) /* a ring is a power-of-2 number of pages; one holds 256 events */

@@ -428,7 +428,11 @@ static __always_inline void switch_in(__u32 s, int tid, __u32 cpu, __u64 now,
  * &per_cpu(steal_time, cpu) = rq - off_rq + off_st, with both offsets from the kernel's BTF
  * (DATASEC .data..percpu), set by the loader. Each CPU learns its own address at its first
  * switch; while the page has users (vcpu_users), any switch then copies every known vCPU's record
- * into vpage (kind VCPU), at most every PVHINT_BPF_REFRESH_NS.
+ * into vpage (kind VCPU), at most every PVHINT_BPF_REFRESH_NS. A vCPU that runs one task for long
+ * switches rarely, so each busy CPU also refreshes from a timer of its own every
+ * PVHINT_BPF_TIMER_NS (vtimer_fire): armed by a switch to a task while the page has users,
+ * re-armed only while that still holds and the CPU is not idle. The timers are per CPU because
+ * a preempted vCPU's timer does not fire: the vCPUs that run refresh for it.
  */
 /* Set by the loader when vCPU mode is first opened. Globals, not read-only data: set after the
  * load, so that a process that never opens vCPU mode never parses the kernel's BTF for them. */
@@ -442,6 +446,20 @@ __u32 vcpu_users;
 const volatile __u32 nr_cpus = 1;
 __u64 st_addr[PVHINT_BPF_MAXCPU];
 __u64 last_refresh;
+__u64 vtimer_refreshes; /* refreshes done by the timers (tests read it) */
+
+enum { VT_NEW, VT_IDLE, VT_ARMED };
+struct vtimer {
+	struct bpf_timer t;
+	__u32 state; /* VT_*: written on its own CPU (switch, the timer's softirq) */
+};
+/* max_entries set to the number of possible CPUs by the loader, as cpus. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct vtimer);
+} vtimers SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -472,6 +490,54 @@ static long copy_vcpu(__u32 c, void *unused)
 	return 0;
 }
 
+/* Copy every vCPU's record unless another CPU did within PVHINT_BPF_REFRESH_NS or does now;
+ * 1 if this call copied. */
+static __always_inline int vcpu_copy_all(__u64 now)
+{
+	__u64 last = last_refresh;
+	if (now - last < PVHINT_BPF_REFRESH_NS ||
+	    __sync_val_compare_and_swap(&last_refresh, last, now) != last)
+		return 0; /* fresh, or another CPU is refreshing */
+	bpf_loop(nr_cpus < PVHINT_BPF_MAXCPU ? nr_cpus : PVHINT_BPF_MAXCPU, copy_vcpu, NULL, 0);
+	return 1;
+}
+
+/* The timer of CPU *key, in softirq context on that CPU: refresh, and come back while the page
+ * has users and the CPU runs a task (a timer that woke an idle CPU stops: idle costs nothing). */
+static int vtimer_fire(void *map, __u32 *key, struct vtimer *vt)
+{
+	__u32 cpu = bpf_get_smp_processor_id();
+	struct pvhint_bpf_cpu *c = bpf_map_lookup_elem(&cpus, &cpu);
+
+	(void)map;
+	(void)key;
+	if (!*(volatile __u32 *)&vcpu_users || !c || c->idle) {
+		vt->state = VT_IDLE;
+		return 0;
+	}
+	if (vcpu_copy_all(bpf_ktime_get_ns()))
+		__sync_fetch_and_add(&vtimer_refreshes, 1);
+	bpf_timer_start(&vt->t, PVHINT_BPF_TIMER_NS, 0);
+	return 0;
+}
+
+/* A switch to a task on a CPU whose timer is not running starts it (vcpu_users > 0). */
+static __always_inline void vtimer_arm(__u32 cpu)
+{
+	struct vtimer *vt = bpf_map_lookup_elem(&vtimers, &cpu);
+
+	if (!vt || vt->state == VT_ARMED)
+		return;
+	if (vt->state == VT_NEW) {
+		/* -EBUSY: initialised already (by an earlier switch that could not start it). */
+		long e = bpf_timer_init(&vt->t, &vtimers, 1 /* CLOCK_MONOTONIC */);
+		if ((e && e != -16) || bpf_timer_set_callback(&vt->t, vtimer_fire))
+			return;
+	}
+	if (!bpf_timer_start(&vt->t, PVHINT_BPF_TIMER_NS, 0))
+		vt->state = VT_ARMED;
+}
+
 static __always_inline void vcpu_refresh(struct task_struct *next, __u32 cpu, __u64 now)
 {
 	/* Each goes from 0 to its value once: with both non-zero both are right, whatever order
@@ -486,11 +552,9 @@ static __always_inline void vcpu_refresh(struct task_struct *next, __u32 cpu, __
 		if (rq && BPF_CORE_READ(rq, cpu) == (int)cpu)
 			st_addr[cpu] = (__u64)rq - orq + ost;
 	}
-	__u64 last = last_refresh;
-	if (now - last < PVHINT_BPF_REFRESH_NS ||
-	    __sync_val_compare_and_swap(&last_refresh, last, now) != last)
-		return; /* fresh, or another CPU is refreshing */
-	bpf_loop(nr_cpus < PVHINT_BPF_MAXCPU ? nr_cpus : PVHINT_BPF_MAXCPU, copy_vcpu, NULL, 0);
+	if (next->pid)
+		vtimer_arm(cpu);
+	vcpu_copy_all(now);
 }
 
 SEC("tp_btf/sched_switch")

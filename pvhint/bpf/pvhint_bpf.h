@@ -30,6 +30,9 @@
 /* vCPU mode: the records are refreshed from the host's at most this often (ns), by whichever CPU
  * switches tasks: a copy of all vCPUs costs one kernel read each. */
 #define PVHINT_BPF_REFRESH_NS 20000u
+/* vCPU mode: each CPU that runs a task also refreshes this often (ns) from a timer, so a vCPU
+ * that keeps running one task (no switches) does not leave the page stale; see pvhint.bpf.c. */
+#define PVHINT_BPF_TIMER_NS 500000u
 
 /* The emulator's kernel-sleep events (pvhint.bpf.c, emu_note): at most this many emulated vCPUs
  * (EMU_MAX_VCPUS), and the edges a control thread arms per vCPU (emu_arm). */

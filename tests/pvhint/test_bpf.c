@@ -584,6 +584,73 @@ static bool vpage_refreshed(pvhint_t *v)
 	return false;
 }
 
+/*
+ * The timers refresh the page while no CPU switches tasks: a SCHED_FIFO spinner on every CPU
+ * (the caller on CPU 0) for 200 ms, counting the changes of vCPU 0's record as seen from CPU 0.
+ * Without the timers only a switch refreshed it: none in that window but for kernel threads.
+ */
+struct fifo_spin {
+	int cpu;
+	const volatile int *stop;
+};
+
+static bool pin_fifo(int cpu)
+{
+	cpu_set_t one;
+	CPU_ZERO(&one);
+	CPU_SET(cpu, &one);
+	struct sched_param sp = {.sched_priority = 1};
+	return !sched_setaffinity(0, sizeof(one), &one) && !sched_setscheduler(0, SCHED_FIFO, &sp);
+}
+
+static void *fifo_spinner(void *arg)
+{
+	struct fifo_spin *f = arg;
+	if (!pin_fifo(f->cpu))
+		return NULL;
+	while (!__atomic_load_n(f->stop, __ATOMIC_RELAXED))
+		os_cpu_relax();
+	return NULL;
+}
+
+static void vcpu_timer_refresh(pvhint_t *v)
+{
+	int n = (int)sysconf(_SC_NPROCESSORS_ONLN);
+	cpu_set_t old;
+	CHECK(!sched_getaffinity(0, sizeof(old), &old));
+	if (n > 8 || CPU_COUNT(&old) != n) {
+		printf("vcpu timers: not checked (%d CPUs, %d allowed)\n", n, CPU_COUNT(&old));
+		return;
+	}
+	volatile int stop = 0;
+	pthread_t t[8];
+	struct fifo_spin f[8];
+	for (int c = 1; c < n; c++) {
+		f[c] = (struct fifo_spin){.cpu = c, .stop = &stop};
+		CHECK(!pthread_create(&t[c], NULL, fifo_spinner, &f[c]));
+	}
+	test_sleep_us(20000); /* the spinners are on their CPUs */
+	CHECK(pin_fifo(0));
+	uint64_t end = os_now_ns() + 200000000ull;
+	uint32_t last = __atomic_load_n(&v->rec[0].version, __ATOMIC_ACQUIRE);
+	unsigned changes = 0;
+	while (os_now_ns() < end) {
+		uint32_t ver = __atomic_load_n(&v->rec[0].version, __ATOMIC_ACQUIRE);
+		changes += ver != last;
+		last = ver;
+	}
+	struct sched_param sp = {.sched_priority = 0};
+	CHECK(!sched_setscheduler(0, SCHED_OTHER, &sp));
+	CHECK(!sched_setaffinity(0, sizeof(old), &old));
+	stop = 1;
+	for (int c = 1; c < n; c++)
+		pthread_join(t[c], NULL);
+	printf("vcpu timers: %u refreshes seen in 200 ms with every CPU spinning (timer every %u "
+	       "us)\n",
+	       changes, PVHINT_BPF_TIMER_NS / 1000);
+	CHECK(changes >= 20);
+}
+
 static void vcpu_mode(void)
 {
 	pvhint_t *v;
@@ -603,6 +670,7 @@ static void vcpu_mode(void)
 	CHECK(vpage_refreshed(v));
 	CHECK_EQ(pvhint_header(v)->kind, PVHINT_KIND_VCPU);
 	CHECK_EQ(pvhint_nr_vcpus(v), sysconf(_SC_NPROCESSORS_CONF));
+	vcpu_timer_refresh(v);
 	test_sleep_us(100000);
 	for (unsigned c = 0; c < pvhint_nr_vcpus(v); c++) {
 		uint64_t p = proc_steal_ns(c), r = pvhint_steal(v, c);

@@ -181,8 +181,9 @@ int main(int argc, char **argv)
 		report(d > 0, "vcpu-steal-advances", "vCPU %d steal +%.1f ms", c, d / 1e6);
 	}
 	/* A copy made while the watcher's vCPU was preempted stays until the next refresh. */
-	printf("INFO vCPU %d (the watcher) read itself preempted in %lu of %lu reads (a stale copy)\n",
-	       watcher, on[watcher], loops);
+	printf(
+	    "INFO vCPU %d (the watcher) read itself preempted in %lu of %lu reads (a stale copy)\n",
+	    watcher, on[watcher], loops);
 
 	/* 2. The timers refresh the page while no CPU switches tasks: SCHED_FIFO spinners on the
 	 * other vCPUs, the watcher spinning too, for 0.5 s. */
@@ -211,9 +212,9 @@ int main(int argc, char **argv)
 	for (int c = 0; c < online; c++) {
 		uint64_t p = proc_steal_ns(c), r = pvhint_steal(h, c);
 		bool big = p != UINT64_MAX && p > 1000000000ull;
-		report(!big || (r > p * 9 / 10 && r < p * 11 / 10 + 200000000ull), "vcpu-steal-matches",
-		       "vCPU %d: record %.3f s, /proc/stat %.3f s", c, r / 1e9,
-		       p == UINT64_MAX ? -1.0 : p / 1e9);
+		report(!big || (r > p * 9 / 10 && r < p * 11 / 10 + 200000000ull),
+		       "vcpu-steal-matches", "vCPU %d: record %.3f s, /proc/stat %.3f s", c,
+		       r / 1e9, p == UINT64_MAX ? -1.0 : p / 1e9);
 	}
 	pvhint_close(h);
 	printf("pvhint_bpf_vcpu: %s (%d failed)\n", failures ? "FAIL" : "PASS", failures);

@@ -133,8 +133,8 @@ static bool own_vcpu_shared(struct mx_thread *t, pvhint_t *h, struct pvrt_ult *u
 {
 	/* Not on thread-slot pages (bpf): a thread's steal is its run-queue wait, which grows at
 	 * every wake-up, so a waiter that parked once would read "shared" and park the next time
-	 * too. There the short budget cost bench_locks 14% of its long-section throughput at 4
-	 * threads on 2 CPUs (0.86x glibc's; 1.00x without it). */
+	 * too. There the short budget cost bench_locks 13% of its long-section throughput at 4
+	 * threads on 2 CPUs (0.87x glibc's; 0.98x without it). */
 	if ((h->valid & (PVHINT_VALID_STEAL | PVHINT_VALID_SLEEPING)) != PVHINT_VALID_STEAL)
 		return false;
 	unsigned v = lk_self_vcpu1(u) - 1;

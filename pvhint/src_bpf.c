@@ -437,6 +437,10 @@ static int vcpu_enable(void)
 		inst.vpage_fd = -1; /* the map stays with the skeleton */
 		return -ENOTSUP;
 	}
+	/* The refresh timers: without them (a failed set-up) the page is refreshed at task
+	 * switches only (pvhint.bpf.c). */
+	LIBBPF_OPTS(bpf_test_run_opts, o);
+	(void)bpf_prog_test_run_opts(bpf_program__fd(inst.skel->progs.pvhint_vtimers_init), &o);
 	/* The program uses them once it reads both non-zero (each is stored once). */
 	__atomic_store_n(&inst.skel->bss->off_rq, orq, __ATOMIC_RELAXED);
 	__atomic_store_n(&inst.skel->bss->off_st, ost, __ATOMIC_RELAXED);

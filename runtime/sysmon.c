@@ -9,6 +9,9 @@
  * returns, the old M notices at its next runtime entry (rt_enter), or when sysmon's
  * preemption signal kicks it, that it lost its worker: it queues its ULT as ready (any worker
  * runs it, as for a wake-up), goes back to its own scheduler context and waits as a spare.
+ * (Uncontended lock calls do not enter the runtime under per-ULT TLS: with PVRT_SLICE_NS=off,
+ * where there is no signal to kick it, such an M runs on until its ULT waits, yields or
+ * contends, one kernel thread more than the workers meanwhile.)
  *
  * sysmon is one thread that samples every worker each tick: a worker that is not parked, runs a
  * ULT (cur != NULL) and whose switch count has not moved since an earlier sample is stuck on one

@@ -370,7 +370,7 @@ void *rt_tls_create(struct pvrt_ult *u, void *stack, size_t len, size_t guard, v
 		return NULL;
 	tr->magic = TRAILER_MAGIC;
 	tr->ult = u;
-	*(struct pvrt_ult **)(void *)(tp + T.off_ult) = u;
+	rt_tls_name(tp, u);
 
 	char *me = pd_of(rt_tp_get());
 #if defined(__x86_64__)
@@ -525,6 +525,11 @@ void rt_tp_set(void *tp)
 #elif defined(__aarch64__)
 	__asm__ volatile("msr tpidr_el0, %0" ::"r"(tp) : "memory");
 #endif
+}
+
+void rt_tls_name(void *tp, struct pvrt_ult *u)
+{
+	*(struct pvrt_ult **)(void *)((char *)tp + T.off_ult) = u;
 }
 
 void rt_tls_switch(struct rt_worker *w, void *tp)

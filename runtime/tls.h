@@ -50,6 +50,9 @@ void rt_tls_start(void) PVRT_HIDDEN_TLS;
  * keys live in the ULT's own descriptor), as glibc's thread exit does. */
 void rt_tls_exit(void) PVRT_HIDDEN_TLS;
 
+/* Set rt_tls_ult (wait.h) in the TLS block of thread pointer tp to u. */
+void rt_tls_name(void *tp, struct pvrt_ult *u) PVRT_HIDDEN_TLS;
+
 /* Release the DTV and dynamic TLS blocks of a ULT that has exited (any other context). */
 void rt_tls_release(void *tp) PVRT_HIDDEN_TLS;
 

@@ -117,6 +117,10 @@ static void switch_ctx(struct rt_worker *w, struct rt_ctxrec *from, struct pvrt_
 	rt_san_switch(&from->san, &tc->san, dying);
 	/* ULTs with TLS of their own: the thread pointer goes with the stack (the one place). */
 	void *tp = to && to->tp ? to->tp : w->tp;
+	/* One TCB for two contexts: the primary's is worker 0's scheduler's too until worker 0 is
+	 * first handed off (pvrt_init). Name whichever runs next there (NULL: the scheduler). */
+	if (unlikely(rt_state.ult_tls) && tp == w->tp)
+		rt_tls_name(tp, to);
 	if (unlikely(tp != w->cur_tp))
 		rt_tls_switch(w, tp);
 	/* Per-ULT signal masks (with per-ULT TLS): a system call only when the next ULT's mask
@@ -261,7 +265,8 @@ int rt_worker_vcpu(void)
 	 * vCPU, as one that moves just after the call does. Workers outlive every ULT, so a worker
 	 * read on the thread the caller has just left is still one to read. */
 	struct rt_worker *w = rt_worker_cur();
-	return w ? (int)w->vcpu : pvhint_self_vcpu();
+	/* Relaxed: take() moves a worker's thread-slot vCPU with it (sysmon.c). */
+	return w ? (int)__atomic_load_n(&w->vcpu, __ATOMIC_RELAXED) : pvhint_self_vcpu();
 }
 
 /* ---------------------------------------------------------------- life cycle */

@@ -28,10 +28,12 @@ struct rt_worker; /* opaque outside runtime/ */
 extern __thread struct rt_worker *rt_tls_worker __attribute__((tls_model("initial-exec")))
 PVRT_HIDDEN;
 
-/* The ULT that owns the calling TLS block, with per-ULT TLS (pvrt_config.ult_tls): set in each
- * ULT's own block and in the primary's, NULL in a kernel thread's. The block moves with its ULT,
- * so this one load names the caller wherever it runs; without per-ULT TLS it is always NULL
- * (rt_ult_current reads the worker's current ULT inside a runtime section instead). */
+/* The ULT that runs on the calling TLS block, with per-ULT TLS (pvrt_config.ult_tls): set in
+ * each ULT's own block, NULL in a kernel thread's. The block moves with its ULT, so this one load
+ * names the caller wherever it runs. The primary's block (the main thread's) is also worker 0's
+ * scheduler's until worker 0 is first handed off: the switch between the two sets it (ult.c).
+ * Without per-ULT TLS it is always NULL (rt_ult_current reads the worker's current ULT inside a
+ * runtime section instead). */
 extern __thread struct pvrt_ult *rt_tls_ult __attribute__((tls_model("initial-exec"))) PVRT_HIDDEN;
 
 /*

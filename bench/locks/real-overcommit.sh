@@ -10,6 +10,14 @@
 # usage: real-overcommit.sh BUILD-DIR [ROUNDS] [SECONDS-PER-RUN]
 #   SETTINGS (default "under 2x 4x hog")
 set -eu
+[ $# -ge 1 ] || {
+	echo "usage: real-overcommit.sh BUILD-DIR [ROUNDS] [SECONDS-PER-RUN]" >&2
+	exit 2
+}
+command -v python3 >/dev/null || {
+	echo "real-overcommit: python3 is needed for the summary" >&2
+	exit 2
+}
 build=$1 rounds=${2:-3} secs=${3:-0.4}
 settings=${SETTINGS:-"under 2x 4x hog"}
 bench=$build/bench/locks/bench_locks
@@ -30,7 +38,8 @@ cleanup() {
 	[ -n "$hog" ] && kill "$hog" 2>/dev/null
 	rm -rf "$tmp"
 }
-trap cleanup EXIT INT TERM
+trap cleanup EXIT
+trap 'exit 130' INT TERM
 have_sysbench=$(command -v sysbench || true)
 have_db=$(command -v db_bench || true)
 if [ -n "$have_db" ]; then
@@ -61,7 +70,8 @@ for r in $(seq "$rounds"); do
 			hog=$!
 		fi
 		echo "== round $r/$rounds, $s: $t threads" >&2
-		PVRT_HINTS=bpf PVRT_BENCH_THREADS=$t PVRT_BENCH_SECONDS=$secs PVRT_BENCH_LATENCY=1 taskset -c 0-1 "$bench" \
+		PVRT_HINTS=bpf PVRT_BENCH_THREADS=$t PVRT_BENCH_SECONDS=$secs PVRT_BENCH_LATENCY=1 \
+			taskset -c 0-1 "$bench" \
 			--benchmark_filter='lock/(pvrt|pvrt_nohints|glibc|pthread_spin)/' \
 			--benchmark_format=json >"$tmp/bl.$s.$r.json"
 		# The sides in a rotated order, so that none always runs first in a setting.

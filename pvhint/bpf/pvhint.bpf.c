@@ -432,7 +432,9 @@ static __always_inline void switch_in(__u32 s, int tid, __u32 cpu, __u64 now,
  * switches rarely, so each busy CPU also refreshes from a timer of its own every
  * PVHINT_BPF_TIMER_NS (vtimer_fire): armed by a switch to a task while the page has users,
  * re-armed only while that still holds and the CPU is not idle. The timers are per CPU because
- * a preempted vCPU's timer does not fire: the vCPUs that run refresh for it.
+ * a preempted vCPU's timer does not fire: the vCPUs that run refresh for it. They are set up
+ * by pvhint_vtimers_init, which the loader runs when vCPU mode is first opened: bpf_timer_init
+ * allocates, which must not happen under the run-queue lock that sched_switch holds.
  */
 /* Set by the loader when vCPU mode is first opened. Globals, not read-only data: set after the
  * load, so that a process that never opens vCPU mode never parses the kernel's BTF for them. */
@@ -451,7 +453,10 @@ __u64 vtimer_refreshes; /* refreshes done by the timers (tests read it) */
 enum { VT_NEW, VT_IDLE, VT_ARMED };
 struct vtimer {
 	struct bpf_timer t;
-	__u32 state; /* VT_*: written on its own CPU (switch, the timer's softirq) */
+	/* VT_*: set up (pvhint_vtimers_init), then written by its CPU's switches and its timer's
+	 * softirq (which may run elsewhere on 6.1, where a timer cannot be pinned): a race costs
+	 * a restart or one switch's delay, nothing else. */
+	volatile __u32 state;
 };
 /* max_entries set to the number of possible CPUs by the loader, as cpus. */
 struct {
@@ -517,24 +522,18 @@ static int vtimer_fire(void *map, __u32 *key, struct vtimer *vt)
 	}
 	if (vcpu_copy_all(bpf_ktime_get_ns()))
 		__sync_fetch_and_add(&vtimer_refreshes, 1);
-	bpf_timer_start(&vt->t, PVHINT_BPF_TIMER_NS, 0);
+	if (bpf_timer_start(&vt->t, PVHINT_BPF_TIMER_NS, 0))
+		vt->state = VT_IDLE; /* the next switch to a task tries again */
 	return 0;
 }
 
-/* A switch to a task on a CPU whose timer is not running starts it (vcpu_users > 0). */
+/* A switch to a task on a CPU whose timer is set up and not running starts it (vcpu_users > 0).
+ * Starting only enqueues an hrtimer, as the scheduler's own hrtick does under this lock. */
 static __always_inline void vtimer_arm(__u32 cpu)
 {
 	struct vtimer *vt = bpf_map_lookup_elem(&vtimers, &cpu);
 
-	if (!vt || vt->state == VT_ARMED)
-		return;
-	if (vt->state == VT_NEW) {
-		/* -EBUSY: initialised already (by an earlier switch that could not start it). */
-		long e = bpf_timer_init(&vt->t, &vtimers, 1 /* CLOCK_MONOTONIC */);
-		if ((e && e != -16) || bpf_timer_set_callback(&vt->t, vtimer_fire))
-			return;
-	}
-	if (!bpf_timer_start(&vt->t, PVHINT_BPF_TIMER_NS, 0))
+	if (vt && vt->state == VT_IDLE && !bpf_timer_start(&vt->t, PVHINT_BPF_TIMER_NS, 0))
 		vt->state = VT_ARMED;
 }
 
@@ -729,6 +728,25 @@ static long reset_cpu(__u32 cpu, void *unused)
 	c->idle = 0;
 	for (int i = 0; i < PVHINT_BPF_WORDS; i++)
 		c->waiting[i] = 0;
+	return 0;
+}
+
+/* Set up every CPU's refresh timer (loader, BPF_PROG_TEST_RUN, when vCPU mode is first opened). A
+ * timer that cannot be set up stays VT_NEW: its CPU refreshes at switches only. */
+SEC("syscall")
+int pvhint_vtimers_init(void *ctx)
+{
+	(void)ctx;
+	for (__u32 c = 0; c < PVHINT_BPF_MAXCPU && c < nr_cpus; c++) {
+		__u32 k = c;
+		struct vtimer *vt = bpf_map_lookup_elem(&vtimers, &k);
+		if (!vt || vt->state != VT_NEW)
+			continue;
+		if (bpf_timer_init(&vt->t, &vtimers, 1 /* CLOCK_MONOTONIC */) ||
+		    bpf_timer_set_callback(&vt->t, vtimer_fire))
+			continue;
+		vt->state = VT_IDLE;
+	}
 	return 0;
 }
 

@@ -3,7 +3,9 @@
  * Signals under pvrt-run --mn: each thread's signal mask is its own and is the mask of the
  * kernel thread whenever it runs (read with the raw system call), across yields and moves
  * between workers; a new thread inherits its creator's mask; a process-directed signal is
- * handled by a thread that does not block it.
+ * handled by a thread that does not block it; a handler that sleeps (nanosleep is
+ * async-signal-safe) works wherever the signal lands, also in a worker's scheduler context
+ * while every thread waits.
  */
 #include "mn_check.h"
 
@@ -12,6 +14,8 @@
 #include <signal.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/time.h>
+#include <time.h>
 
 static uint64_t kmask(void)
 {
@@ -58,6 +62,42 @@ static void on_usr2(int s)
 	got = 1;
 }
 
+static volatile sig_atomic_t alarms;
+static void on_alrm(int s)
+{
+	(void)s;
+	/* Interposed under --mn: in a ULT a ULT sleep, in a scheduler context a kernel sleep. */
+	struct timespec ts = {0, 1000000};
+	nanosleep(&ts, NULL);
+	alarms++;
+}
+
+static void *napper(void *a)
+{
+	for (int i = 0; i < 20; i++)
+		usleep(5000);
+	return a;
+}
+
+/* SIGALRM every 2 ms while the main thread joins one that sleeps: the signals land in the
+ * joiner's worker while it idles (its scheduler context) as well as in running ULTs. */
+static void alarms_while_joining(void)
+{
+	struct sigaction sa;
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_alrm;
+	sa.sa_flags = SA_RESTART;
+	CHECK_EQ(sigaction(SIGALRM, &sa, NULL), 0);
+	struct itimerval it = {{0, 2000}, {0, 2000}};
+	CHECK_EQ(setitimer(ITIMER_REAL, &it, NULL), 0);
+	pthread_t t;
+	CHECK_EQ(pthread_create(&t, NULL, napper, NULL), 0);
+	CHECK_EQ(pthread_join(t, NULL), 0);
+	memset(&it, 0, sizeof(it));
+	CHECK_EQ(setitimer(ITIMER_REAL, &it, NULL), 0);
+	CHECK(alarms > 0);
+}
+
 int main(void)
 {
 	pthread_t t[16];
@@ -74,7 +114,8 @@ int main(void)
 	CHECK_EQ(kill(getpid(), SIGUSR2), 0);
 	while (!got)
 		sched_yield();
+	alarms_while_joining();
 	mn_check_ults(16);
-	printf("mn_signal: ok\n");
+	printf("mn_signal: ok (%d alarms handled)\n", (int)alarms);
 	return 0;
 }

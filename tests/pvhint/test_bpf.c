@@ -588,6 +588,8 @@ static bool vpage_refreshed(pvhint_t *v)
  * The timers refresh the page while no CPU switches tasks: a SCHED_FIFO spinner on every CPU
  * (the caller on CPU 0) for 200 ms, counting the changes of vCPU 0's record as seen from CPU 0.
  * Without the timers only a switch refreshed it: none in that window but for kernel threads.
+ * Up to 3 windows (before 6.5 a CPU whose ksoftirqd was woken defers its timers' softirq to it,
+ * and the spinners starve it for the window); without SCHED_FIFO (no CAP_SYS_NICE) not checked.
  */
 struct fifo_spin {
 	int cpu;
@@ -630,24 +632,36 @@ static void vcpu_timer_refresh(pvhint_t *v)
 		CHECK(!pthread_create(&t[c], NULL, fifo_spinner, &f[c]));
 	}
 	test_sleep_us(20000); /* the spinners are on their CPUs */
-	CHECK(pin_fifo(0));
-	uint64_t end = os_now_ns() + 200000000ull;
-	uint32_t last = __atomic_load_n(&v->rec[0].version, __ATOMIC_ACQUIRE);
 	unsigned changes = 0;
-	while (os_now_ns() < end) {
-		uint32_t ver = __atomic_load_n(&v->rec[0].version, __ATOMIC_ACQUIRE);
-		changes += ver != last;
-		last = ver;
+	int tries = 0;
+	bool fifo = true;
+	while (changes < 20 && tries < 3 && (fifo = pin_fifo(0))) {
+		tries++;
+		changes = 0;
+		uint64_t end = os_now_ns() + 200000000ull;
+		uint32_t last = __atomic_load_n(&v->rec[0].version, __ATOMIC_ACQUIRE);
+		while (os_now_ns() < end) {
+			uint32_t ver = __atomic_load_n(&v->rec[0].version, __ATOMIC_ACQUIRE);
+			changes += ver != last;
+			last = ver;
+		}
+		struct sched_param sp = {.sched_priority = 0};
+		CHECK(!sched_setscheduler(0, SCHED_OTHER, &sp));
+		test_sleep_us(10000); /* what the window starved on CPU 0 runs */
 	}
-	struct sched_param sp = {.sched_priority = 0};
-	CHECK(!sched_setscheduler(0, SCHED_OTHER, &sp));
+	int why = errno;
 	CHECK(!sched_setaffinity(0, sizeof(old), &old));
 	stop = 1;
 	for (int c = 1; c < n; c++)
 		pthread_join(t[c], NULL);
-	printf("vcpu timers: %u refreshes seen in 200 ms with every CPU spinning (timer every %u "
-	       "us)\n",
-	       changes, PVHINT_BPF_TIMER_NS / 1000);
+	if (!fifo) {
+		printf("vcpu timers: not checked (no SCHED_FIFO here: %s)\n", strerror(why));
+		return;
+	}
+	printf(
+	    "vcpu timers: %u refreshes seen in 200 ms with every CPU spinning (timer every %u us, "
+	    "window %d)\n",
+	    changes, PVHINT_BPF_TIMER_NS / 1000, tries);
 	CHECK(changes >= 20);
 }
 

@@ -593,7 +593,7 @@ static bool vpage_refreshed(pvhint_t *v)
  */
 struct fifo_spin {
 	int cpu;
-	const volatile int *stop;
+	const int *stop;
 };
 
 static bool pin_fifo(int cpu)
@@ -624,7 +624,7 @@ static void vcpu_timer_refresh(pvhint_t *v)
 		printf("vcpu timers: not checked (%d CPUs, %d allowed)\n", n, CPU_COUNT(&old));
 		return;
 	}
-	volatile int stop = 0;
+	int stop = 0;
 	pthread_t t[8];
 	struct fifo_spin f[8];
 	for (int c = 1; c < n; c++) {
@@ -651,7 +651,7 @@ static void vcpu_timer_refresh(pvhint_t *v)
 	}
 	int why = errno;
 	CHECK(!sched_setaffinity(0, sizeof(old), &old));
-	stop = 1;
+	__atomic_store_n(&stop, 1, __ATOMIC_RELAXED);
 	for (int c = 1; c < n; c++)
 		pthread_join(t[c], NULL);
 	if (!fifo) {

@@ -448,7 +448,6 @@ __u32 vcpu_users;
 const volatile __u32 nr_cpus = 1;
 __u64 st_addr[PVHINT_BPF_MAXCPU];
 __u64 last_refresh;
-__u64 vtimer_refreshes; /* refreshes done by the timers (tests read it) */
 
 enum { VT_NEW, VT_IDLE, VT_ARMED };
 struct vtimer {
@@ -495,16 +494,14 @@ static long copy_vcpu(__u32 c, void *unused)
 	return 0;
 }
 
-/* Copy every vCPU's record unless another CPU did within PVHINT_BPF_REFRESH_NS or does now;
- * 1 if this call copied. */
-static __always_inline int vcpu_copy_all(__u64 now)
+/* Copy every vCPU's record unless another CPU did within PVHINT_BPF_REFRESH_NS or does now. */
+static __always_inline void vcpu_copy_all(__u64 now)
 {
 	__u64 last = last_refresh;
 	if (now - last < PVHINT_BPF_REFRESH_NS ||
 	    __sync_val_compare_and_swap(&last_refresh, last, now) != last)
-		return 0; /* fresh, or another CPU is refreshing */
+		return; /* fresh, or another CPU is refreshing */
 	bpf_loop(nr_cpus < PVHINT_BPF_MAXCPU ? nr_cpus : PVHINT_BPF_MAXCPU, copy_vcpu, NULL, 0);
-	return 1;
 }
 
 /* The timer of CPU *key, in softirq context on that CPU: refresh, and come back while the page
@@ -520,8 +517,7 @@ static int vtimer_fire(void *map, __u32 *key, struct vtimer *vt)
 		vt->state = VT_IDLE;
 		return 0;
 	}
-	if (vcpu_copy_all(bpf_ktime_get_ns()))
-		__sync_fetch_and_add(&vtimer_refreshes, 1);
+	vcpu_copy_all(bpf_ktime_get_ns());
 	if (bpf_timer_start(&vt->t, PVHINT_BPF_TIMER_NS, 0))
 		vt->state = VT_IDLE; /* the next switch to a task tries again */
 	return 0;

@@ -28,8 +28,9 @@ struct emu_conf {
 	uint64_t quantum, period, ack_timeout; /* ns */
 	double duty;
 	uint64_t seed;
-	int sig;	       /* 0: choose a free real-time signal */
-	unsigned rt;	       /* try SCHED_FIFO for the control thread */
+	unsigned noisy_lo, noisy_hi; /* noisy: the vCPUs the neighbour takes turns on */
+	int sig;		     /* 0: choose a free real-time signal */
+	unsigned rt;		     /* try SCHED_FIFO for the control thread */
 	uint64_t ksleep;       /* slice/noisy: sample interval of threads' kernel state (0: off) */
 	char export_path[200]; /* export=: publish the page in this file too */
 };
@@ -78,8 +79,10 @@ struct emu_vcpu {
 	uint64_t pre_since; /* steal accounting: when 'pre' was last accounted */
 	uint64_t until;	    /* script: resume at this time (0: not timed) */
 	uint64_t asked_at;  /* slice: its threads' last directed yield (pvhint_yield_to) */
+	uint64_t desched_at, neighbour_at; /* when 'desched' / 'neighbour' last turned true */
 	/* statistics (emu->lock) */
 	uint64_t nr_desched, ack_timeouts, kernel_skips, samples;
+	uint64_t desched_ns, neighbour_ns; /* ended periods of each (the current one: *_at) */
 	uint64_t gone_stops, gone_stopped_ns, gone_eintr; /* of threads already detached */
 };
 

@@ -162,11 +162,18 @@ static uint64_t step_noisy(struct pvhint_emu *e, uint64_t now)
 	bool sent = false;
 
 	for (unsigned v = 0; v < V; v++) {
+		struct emu_vcpu *vc = &e->vc[v];
+		if (v < e->c.noisy_lo || v > e->c.noisy_hi)
+			continue; /* the neighbour never comes here */
 		uint64_t ph = (now - e->t0 + (uint64_t)v * period / V) % period;
 		bool active = ph < on;
 		uint64_t at = now + (active ? on - ph : period - ph);
 		next = next < at ? next : at;
-		e->vc[v].neighbour = active;
+		if (active && !vc->neighbour)
+			vc->neighbour_at = now;
+		else if (!active && vc->neighbour)
+			vc->neighbour_ns += now - vc->neighbour_at;
+		vc->neighbour = active;
 		if (active)
 			sent |= emu_stop_begin(e, v, now);
 	}

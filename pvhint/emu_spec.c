@@ -71,8 +71,9 @@ static int parse_signal(const char *s, int *out)
 	return 0;
 }
 
-static const char *const keys =
-    "vcpus, pcpus, mode, quantum, duty, period, seed, signal, ack_timeout, rt, ksleep, export";
+static const char *const keys = "vcpus, pcpus, mode, quantum, duty, period, noisy_vcpus, seed, "
+				"signal, ack_timeout, rt, ksleep, "
+				"export";
 
 int pvhint__emu_parse(const char *spec, const char *label, struct emu_conf *c)
 {
@@ -83,7 +84,9 @@ int pvhint__emu_parse(const char *spec, const char *label, struct emu_conf *c)
 	c->duty = 0.3;
 	c->period = 10000000;
 	c->seed = 1;
-	c->sig = 0; /* choose */
+	c->noisy_lo = 0;
+	c->noisy_hi = UINT32_MAX; /* every vCPU: set below, once vcpus is known */
+	c->sig = 0;		  /* choose */
 	c->ack_timeout = 50000000;
 	c->rt = 1;
 	c->ksleep = 1000000;
@@ -125,6 +128,17 @@ int pvhint__emu_parse(const char *spec, const char *label, struct emu_conf *c)
 				c->mode = EMU_RANDOM;
 			else
 				want = "slice, noisy, script or random";
+		} else if (!strcmp(kv, "noisy_vcpus")) {
+			/* "V" or "A-B": a range, as ',' separates the keys. */
+			char *dash = strchr(val, '-');
+			if (dash)
+				*dash = 0;
+			if (parse_uint(val, 0, EMU_MAX_VCPUS - 1, &c->noisy_lo) ||
+			    parse_uint(dash ? dash + 1 : val, 0, EMU_MAX_VCPUS - 1, &c->noisy_hi) ||
+			    c->noisy_hi < c->noisy_lo)
+				want = "a vCPU V or a range A-B (A <= B)";
+			if (dash)
+				*dash = '-'; /* the error message shows the value as given */
 		} else if (!strcmp(kv, "quantum")) {
 			if (pvhint__parse_ns(val, &c->quantum) || c->quantum < 10000)
 				want = "a duration >= 10us (ns, us, ms, s)";
@@ -185,6 +199,12 @@ done:
 				    "%s: duty=%g with mode=noisy never lets a vCPU run (want 0..1, "
 				    "below 1)",
 				    label, c->duty);
+	if (c->noisy_hi == UINT32_MAX) {
+		c->noisy_hi = c->vcpus - 1;
+	} else if (c->noisy_hi >= c->vcpus) {
+		return pvhint__fail(-EINVAL, "%s: noisy_vcpus=%u-%u names a vCPU beyond vcpus=%u",
+				    label, c->noisy_lo, c->noisy_hi, c->vcpus);
+	}
 	if (!c->pcpus || c->mode == EMU_NOISY)
 		c->pcpus = c->vcpus; /* noisy: every vCPU shares its own pCPU with the neighbour */
 	return 0;

@@ -329,6 +329,7 @@ bool emu_stop_begin(struct pvhint_emu *e, unsigned v, uint64_t now)
 	if (vc->desched)
 		return false;
 	vc->desched = true;
+	vc->desched_at = now;
 	vc->nr_desched++;
 	/* Its threads are about to block in the stop handler: that is no halt (see emu_kw_arm). */
 	emu_kw_set_arm(e, v, vc->nr_ksleep ? PVHINT_BPF_EMU_WAKE : 0);
@@ -353,6 +354,7 @@ void emu_run_vcpu(struct pvhint_emu *e, unsigned v, uint64_t now)
 	if (!vc->desched)
 		return;
 	vc->desched = false;
+	vc->desched_ns += now - vc->desched_at;
 	vc->until = 0;
 	/* Its threads leave the stop handler: no wake-up from a halt (see emu_kw_arm). */
 	emu_kw_set_arm(e, v, PVHINT_BPF_EMU_HALT);

@@ -310,6 +310,7 @@ PVRT_API int pvhint_bpf_serve(int listen_fd, volatile int *stop);
  *   quantum=3ms   host time slice (units ns, us, ms, s)
  *   duty=0.3      noisy: fraction of each period descheduled
  *   period=10ms   noisy/random: period
+ *   noisy_vcpus=A-B  noisy: the vCPUs the neighbour visits (V or A-B; default all)
  *   seed=N        random choices are reproducible
  *   signal=rtmin+K  the stop signal (default: the first real-time signal from SIGRTMIN+8 up
  *                 with no handler); a signal that already has a handler is -EBUSY
@@ -390,6 +391,10 @@ struct pvhint_emu_stats {
 	uint32_t parked;       /* of which parked */
 	uint32_t ksleep;       /* of which seen sleeping in the kernel at the last sample */
 	uint64_t samples;      /* kernel-state samples taken (the ksleep sampling's cost) */
+	uint64_t desched_ns;   /* time v was descheduled (waiting for a pCPU, or held off it) */
+	uint64_t neighbour_ns; /* noisy: time the neighbour held v's pCPU. There, the CPU time the
+				* emulator offers v over an interval is its length minus this
+				* one's growth; in slice mode it is pcpus x the length in all */
 };
 /* Counters of emulated vCPU v into *out; -EINVAL if v is out of range.
  * Context: ULT, thread; fork: -ECHILD for an inherited emulator. */

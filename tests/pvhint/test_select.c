@@ -114,6 +114,10 @@ int main(void)
 	check_bad_spec("duty=1.5", "'duty'");
 	check_bad_spec("period=abc", "'period'");
 	check_bad_spec("signal=rtmin+99", "'signal'");
+	check_bad_spec("mode=noisy,noisy_vcpus=2-1", "'noisy_vcpus'");
+	check_bad_spec("mode=noisy,noisy_vcpus=a", "'noisy_vcpus'");
+	check_bad_spec("mode=noisy,noisy_vcpus=-1", "'noisy_vcpus'");
+	check_bad_spec("vcpus=2,mode=noisy,noisy_vcpus=1-2", "beyond vcpus=2");
 	/* issue 9: nan and inf durations (undefined conversions), negative seeds (wrapped),
 	 * more pCPUs than vCPUs, and a noisy neighbour that never lets a vCPU run. */
 	check_bad_spec("quantum=nan", "'quantum'");

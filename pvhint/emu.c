@@ -956,6 +956,7 @@ int pvhint_emu_stats(pvhint_t *h, unsigned v, struct pvhint_emu_stats *out)
 	uint64_t now = os_now_ns();
 	out->desched_ns = vc->desched_ns + (vc->desched ? now - vc->desched_at : 0);
 	out->neighbour_ns = vc->neighbour_ns + (vc->neighbour ? now - vc->neighbour_at : 0);
+	out->pcpus = e->c.pcpus;
 	for (struct emu_thr *t = vc->threads; t; t = t->next) {
 		out->stops += __atomic_load_n(&t->stops, __ATOMIC_RELAXED);
 		out->stopped_ns += __atomic_load_n(&t->stopped_ns, __ATOMIC_RELAXED);

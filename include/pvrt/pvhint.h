@@ -392,9 +392,10 @@ struct pvhint_emu_stats {
 	uint32_t ksleep;       /* of which seen sleeping in the kernel at the last sample */
 	uint64_t samples;      /* kernel-state samples taken (the ksleep sampling's cost) */
 	uint64_t desched_ns;   /* time v was descheduled (waiting for a pCPU, or held off it) */
-	uint64_t neighbour_ns; /* noisy: time the neighbour held v's pCPU. There, the CPU time the
-				* emulator offers v over an interval is its length minus this
-				* one's growth; in slice mode it is pcpus x the length in all */
+	uint64_t neighbour_ns; /* noisy: time the neighbour held v's pCPU */
+	uint32_t pcpus;	       /* the emulated pCPUs (the same for every v). The CPU time the
+				* emulator offers the guest over an interval: pcpus x its length,
+				* less the growth of every vCPU's neighbour_ns */
 };
 /* Counters of emulated vCPU v into *out; -EINVAL if v is out of range.
  * Context: ULT, thread; fork: -ECHILD for an inherited emulator. */

@@ -391,7 +391,9 @@ struct pvhint_emu_stats {
 	uint32_t parked;       /* of which parked */
 	uint32_t ksleep;       /* of which seen sleeping in the kernel at the last sample */
 	uint64_t samples;      /* kernel-state samples taken (the ksleep sampling's cost) */
-	uint64_t desched_ns;   /* time v was descheduled (waiting for a pCPU, or held off it) */
+	uint64_t desched_ns;   /* time the model held v off a pCPU, runnable or not (slice: not
+				* its turn, also while halted or with no thread; noisy: the
+				* neighbour's turns; script: the holds; random: 0) */
 	uint64_t neighbour_ns; /* noisy: time the neighbour held v's pCPU */
 	uint32_t pcpus;	       /* the emulated pCPUs (the same for every v). The CPU time the
 				* emulator offers the guest over an interval: pcpus x its length,

@@ -130,9 +130,17 @@ static struct pvrt_ult *inject_pop(struct rt_worker *t, bool thief)
 	}
 	struct pvrt_ult *u = NULL;
 #if PVRT_INJECT_WFCQ
-	/* The lock gives the mutual exclusion among dequeuers that the __cds_ variant needs. */
-	struct cds_wfcq_node *n = __cds_wfcq_dequeue_blocking(&t->inj.head, &t->inj.tail);
-	if (n)
+	/*
+	 * The lock gives the mutual exclusion among dequeuers that the __cds_ variant needs.
+	 * Nonblocking: where an enqueuer has swung the tail but not yet linked its node (it was
+	 * preempted between its two stores), the blocking variant sleeps in poll(2) for 10 ms
+	 * with our lock held, and sets errno to EINTR under the preemption signal, in the ULT's
+	 * own TLS (a program's errno changed across a yield). Here that queue counts as empty:
+	 * the enqueuer counts its ULT and wakes this worker once linked (inject_to).
+	 */
+	struct cds_wfcq_node *n = __cds_wfcq_dequeue_nonblocking(&t->inj.head, &t->inj.tail);
+	bool linking = n == CDS_WFCQ_WOULDBLOCK;
+	if (n && !linking)
 		u = caa_container_of(n, struct pvrt_ult, qnode);
 #else
 	u = t->inj.first;
@@ -143,6 +151,12 @@ static struct pvrt_ult *inject_pop(struct rt_worker *t, bool thief)
 	}
 #endif
 	rt_lock_release(&t->inj.lock);
+#if PVRT_INJECT_WFCQ
+	/* The owner would find the count raised and come straight back: give the enqueuer (on
+	 * this CPU, perhaps) the CPU instead of spinning on its second store. */
+	if (linking && !thief)
+		os_yield();
+#endif
 	if (u) {
 		__atomic_fetch_sub(&t->inj.n, 1, __ATOMIC_RELAXED);
 		/* The dequeue made it ours: nobody else can claim a READY_INJ ULT. */

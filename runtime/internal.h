@@ -211,7 +211,7 @@ struct rt_worker {
 	uint64_t preempt_seq; /* sysmon's request: st_switches + 1 when sent, 0 none */
 	uint64_t sm_switches; /* sysmon's last sample of st_switches */
 	uint64_t sm_since;    /* when that sample first took this value */
-	uint64_t st_preempts, st_handoffs;
+	uint64_t st_preempts, st_handoffs, st_lends;
 } PVRT_ALIGNED;
 
 /*
@@ -252,6 +252,7 @@ struct rt_state {
 	pvhint_t *hint;
 	int emu;
 	int slots;	   /* the hint records are thread slots (bpf): a worker's is its thread's */
+	int can_lend;	   /* the source can yield to a vCPU (pvhint_can_yield): idle() lends */
 	size_t stack_size; /* default mapping: usable size + guard page (+ TLS reserve) */
 	int ult_tls;	   /* every ULT gets its own glibc TLS (tls.c) */
 	uint64_t poll_min, poll_max;

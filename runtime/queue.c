@@ -189,6 +189,13 @@ static unsigned view_queued(const struct rt_sched_view *v, unsigned w)
 	return (unsigned)(t - h) + __atomic_load_n(&x->inj.n, __ATOMIC_RELAXED);
 }
 
+static bool view_running(const struct rt_sched_view *v, unsigned w)
+{
+	(void)v;
+	/* Relaxed: a snapshot (sysmon samples the same word). */
+	return __atomic_load_n(&rt_state.w[w]->cur, __ATOMIC_RELAXED) != NULL;
+}
+
 void rt_sched_view_init(struct rt_sched_view *v)
 {
 	v->nworkers = rt_state.nw;
@@ -196,6 +203,7 @@ void rt_sched_view_init(struct rt_sched_view *v)
 	v->vcpu = view_vcpu;
 	v->parked = view_parked;
 	v->queued = view_queued;
+	v->running = view_running;
 	v->rt = &rt_state;
 }
 

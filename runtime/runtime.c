@@ -212,6 +212,7 @@ int pvrt_init(const struct pvrt_config *c)
 	rt_state.hint = h;
 	rt_state.emu = pvhint_header(h)->source == PVHINT_SOURCE_EMU;
 	rt_state.slots = pvhint_header(h)->kind == PVHINT_KIND_THREAD;
+	rt_state.can_lend = pvhint_can_yield(h);
 	rt_state.nw = s.nw;
 	rt_state.pol = s.pol;
 	rt_state.stack_size = s.stack;
@@ -438,6 +439,7 @@ static void sum_workers(struct pvrt_stats *s, unsigned lo, unsigned hi)
 		s->timer_fires += LD(st_timer_fires);
 		s->preemptions += LD(st_preempts);
 		s->handoffs += LD(st_handoffs);
+		s->lends += LD(st_lends);
 #undef LD
 	}
 }

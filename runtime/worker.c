@@ -32,6 +32,19 @@ static void kpark(uint32_t *word, uint64_t deadline)
  */
 static void idle(struct rt_worker *w)
 {
+	/* Work stranded on a preempted vCPU (the ULT it runs, or a queue we just failed to steal
+	 * from): first lend it our physical CPU, if the policy names one (sched/hints.c) and the
+	 * source can ask the host; a halt would hand the pCPU to whoever the host picks. Once per
+	 * idle period: the yield returns when our vCPU runs again, and the usual idle path
+	 * follows (it finds new work, or parks until woken). */
+	if (rt_state.can_lend) {
+		struct rt_sched_caller c = {.worker = (int)w->idx, .rng = w->rng};
+		int t = rt_state.pol->lend(&rt_state.view, &c);
+		if (t >= 0 && (unsigned)t < rt_state.nw && (unsigned)t != w->idx &&
+		    pvhint_yield_to(rt_state.hint,
+				    __atomic_load_n(&rt_state.w[t]->vcpu, __ATOMIC_RELAXED)) == 0)
+			PVRT_STAT_INC(w, st_lends);
+	}
 	uint64_t t0 = os_now_ns();
 	bool contended = pvhint_vcpu_preempted(rt_state.hint, w->vcpu);
 	if (rt_state.hint->valid & PVHINT_VALID_STEAL) {

@@ -12,6 +12,11 @@
  *   wake_idle: the best-rated parked worker (a parked worker on an idle pCPU runs at once; one
  *              whose pCPU is busy would wait for the host to schedule it), scanning from the
  *              worker after 'where' so ties spread.
+ *   lend: a worker whose vCPU is preempted while it runs a ULT or holds queued work: the caller,
+ *         idle, gives it its physical CPU (directed yield). Without this the work waits for the
+ *         host's next turn, up to a whole time slice, while our vCPU halts and hands its pCPU
+ *         to whoever the host picks. Nothing else can help a running ULT on a preempted vCPU:
+ *         its context is the stopped vCPU's until that vCPU runs.
  * A source without preemption or idle hints (none) gets the random policy's decisions, by
  * delegation; one with preemption but no idle hints gets no idle preference.
  */
@@ -96,9 +101,25 @@ static int hints_wake_idle(const struct rt_sched_view *v, const struct rt_sched_
 	return best;
 }
 
+static int hints_lend(const struct rt_sched_view *v, const struct rt_sched_caller *c)
+{
+	if (!(v->hint->valid & PVHINT_VALID_PREEMPTED) || v->nworkers < 2)
+		return -1;
+	/* From a random start, so that idle workers spread over the stranded ones. */
+	unsigned start = (unsigned)(rt_sched_rand(c->rng) % v->nworkers);
+	for (unsigned i = 0; i < v->nworkers; i++) {
+		unsigned w = (start + i) % v->nworkers;
+		if ((int)w != c->worker && rate(v, w) == 0 &&
+		    (v->running(v, w) || v->queued(v, w) > 0))
+			return (int)w;
+	}
+	return -1;
+}
+
 const struct rt_sched_policy rt_sched_hints = {
     .name = "hints",
     .wake_target = hints_wake_target,
     .steal_victim = hints_steal_victim,
     .wake_idle = hints_wake_idle,
+    .lend = hints_lend,
 };

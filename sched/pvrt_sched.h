@@ -6,6 +6,8 @@
  *                gets it. The runtime overrides it only for bound ULTs.
  *   steal_victim an idle worker looks for work: whom to try next (attempt = 0, 1, ...).
  *   wake_idle    ready work exists and workers are parked: which parked worker to wake.
+ *   lend         an idle worker found nothing to run or steal: whose preempted vCPU should get
+ *                this one's physical CPU (a directed yield, pvhint_yield_to), if any.
  *
  * Each call receives a read-only view of the workers (their vCPUs, whether parked, queue
  * lengths) and the process's pvhint handle, so a policy may prefer vCPUs that run (not
@@ -29,6 +31,7 @@ struct rt_sched_view {
 	unsigned (*vcpu)(const struct rt_sched_view *v, unsigned w);   /* its vCPU (for hints) */
 	bool (*parked)(const struct rt_sched_view *v, unsigned w);     /* parked on its futex */
 	unsigned (*queued)(const struct rt_sched_view *v, unsigned w); /* ready ULTs (estimate) */
+	bool (*running)(const struct rt_sched_view *v, unsigned w);    /* runs a ULT now */
 	void *rt;						       /* runtime-private */
 };
 
@@ -50,6 +53,9 @@ struct rt_sched_policy {
 	/* A parked worker to wake for newly ready work queued on 'where', or -1 for none. */
 	int (*wake_idle)(const struct rt_sched_view *v, const struct rt_sched_caller *c,
 			 unsigned where);
+	/* The caller's worker is idle: a worker whose vCPU should run in place of the caller's
+	 * (the runtime asks the host with pvhint_yield_to, where the source can), or -1. */
+	int (*lend)(const struct rt_sched_view *v, const struct rt_sched_caller *c);
 };
 
 /* The policies: hints (sched/hints.c, the default) and random (sched/random.c). */

@@ -6,6 +6,7 @@
  *                needs no atomic read-modify-write), or for a foreign waker the ULT's last worker.
  *   steal_victim: a random start, then round robin, two rounds.
  *   wake_idle: the first parked worker after the one that queued the work.
+ *   lend: never (it knows no vCPU to lend to).
  */
 #include "pvrt_sched.h"
 
@@ -43,9 +44,17 @@ static int random_wake_idle(const struct rt_sched_view *v, const struct rt_sched
 	return -1;
 }
 
+static int random_lend(const struct rt_sched_view *v, const struct rt_sched_caller *c)
+{
+	(void)v;
+	(void)c;
+	return -1;
+}
+
 const struct rt_sched_policy rt_sched_random = {
     .name = "random",
     .wake_target = random_wake_target,
     .steal_victim = random_steal_victim,
     .wake_idle = random_wake_idle,
+    .lend = random_lend,
 };

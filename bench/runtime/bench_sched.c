@@ -274,6 +274,8 @@ static void bm_sched(pvrt_bench_state *st)
 		    PVRT_BENCH_COUNTER_VALUE);
 	pvrt_bench_counter(st, "steals", (double)(s1.steals - s0.steals) / (iters ? iters : 1),
 			   PVRT_BENCH_COUNTER_VALUE);
+	pvrt_bench_counter(st, "lends", (double)(s1.lends - s0.lends) / (iters ? iters : 1),
+			   PVRT_BENCH_COUNTER_VALUE);
 	pvrt_finalize();
 }
 

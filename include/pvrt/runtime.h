@@ -112,6 +112,7 @@ struct pvrt_stats {
 	/* Not a counter: ULT stacks mapped now (live ULTs', pooled and warm ones), for the whole
 	 * runtime (0 in a worker's stats). Idle workers give the pooled ones back. */
 	uint64_t stacks;
+	uint64_t lends; /* directed yields of an idle worker's vCPU to a preempted worker's */
 };
 /* Fill the first 'size' bytes of *s (size: the program's sizeof(struct pvrt_stats)). -EINVAL for
  * NULL or a size below the header, -ENXIO when the runtime is not running.

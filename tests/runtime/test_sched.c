@@ -2,9 +2,10 @@
 /*
  * The scheduling policies' decisions on a fake view of 4 workers with a fake hint page:
  * hints steals first from preempted workers with queued work, wakes the parked worker whose
- * physical CPU is idle, and sends a foreign wake-up away from a preempted last worker; without
- * hints its decisions are the random policy's; both always answer valid indices. Also: the
- * default is hints, and PVRT_SCHED's names.
+ * physical CPU is idle, sends a foreign wake-up away from a preempted last worker, and lends an
+ * idle worker's vCPU only to a preempted one that runs a ULT or holds queued work; without
+ * hints its decisions are the random policy's (which never lends); both always answer valid
+ * indices. Also: the default is hints, and PVRT_SCHED's names.
  */
 #include "check.h"
 #include "pvrt_sched.h"
@@ -16,6 +17,7 @@ static struct pvhint_record rec[NW];
 static pvhint_t page = {.rec = rec, .nr = NW};
 static bool parked[NW];
 static unsigned queued[NW];
+static bool running[NW];
 
 static unsigned f_vcpu(const struct rt_sched_view *v, unsigned w)
 {
@@ -33,14 +35,25 @@ static unsigned f_queued(const struct rt_sched_view *v, unsigned w)
 	return queued[w];
 }
 
-static struct rt_sched_view view = {
-    .nworkers = NW, .hint = &page, .vcpu = f_vcpu, .parked = f_parked, .queued = f_queued};
+static bool f_running(const struct rt_sched_view *v, unsigned w)
+{
+	(void)v;
+	return running[w];
+}
+
+static struct rt_sched_view view = {.nworkers = NW,
+				    .hint = &page,
+				    .vcpu = f_vcpu,
+				    .parked = f_parked,
+				    .queued = f_queued,
+				    .running = f_running};
 
 static void reset(void)
 {
 	memset(rec, 0, sizeof(rec));
 	memset(parked, 0, sizeof(parked));
 	memset(queued, 0, sizeof(queued));
+	memset(running, 0, sizeof(running));
 	page.valid = PVHINT_VALID_PREEMPTED | PVHINT_VALID_IS_IDLE;
 }
 
@@ -115,6 +128,39 @@ int main(void)
 	CHECK_EQ(h->wake_idle(&view, &w0, 0), 2);
 	parked[2] = false;
 	CHECK_EQ(h->wake_idle(&view, &w0, 0), -1);
+
+	/* Lend: only to a preempted worker with a running ULT or queued work, never to the caller;
+	 * with two such, both are chosen over the draws. */
+	reset();
+	for (uint64_t seed = 1; seed < 30; seed++) {
+		uint64_t r[2] = {seed, 0};
+		struct rt_sched_caller c0 = {.worker = 0, .rng = r};
+		CHECK_EQ(h->lend(&view, &c0), -1); /* nobody preempted */
+	}
+	rec[1].preempted = PVHINT_PREEMPTED; /* preempted, but nothing of ours waits there */
+	running[2] = true;		     /* runs, not preempted */
+	queued[3] = 4;
+	rec[0].preempted = PVHINT_PREEMPTED; /* the caller itself */
+	running[0] = true;
+	for (uint64_t seed = 1; seed < 30; seed++) {
+		uint64_t r[2] = {seed, 0};
+		struct rt_sched_caller c0 = {.worker = 0, .rng = r};
+		CHECK_EQ(h->lend(&view, &c0), -1);
+		CHECK_EQ(rt_sched_random.lend(&view, &c0), -1);
+	}
+	rec[2].preempted = rec[3].preempted = PVHINT_PREEMPTED;
+	bool chose[NW] = {0};
+	for (uint64_t seed = 1; seed < 60; seed++) {
+		uint64_t r[2] = {seed, 0};
+		struct rt_sched_caller c0 = {.worker = 0, .rng = r};
+		int v = h->lend(&view, &c0);
+		CHECK(v == 2 || v == 3);
+		chose[v] = true;
+		CHECK_EQ(rt_sched_random.lend(&view, &c0), -1);
+	}
+	CHECK(chose[2] && chose[3]);
+	page.valid = PVHINT_VALID_IS_IDLE; /* no preemption hints: nothing to lend to */
+	CHECK_EQ(h->lend(&view, &w0), -1);
 
 	/* Wake target: a worker keeps the ULT; a foreign waker avoids a preempted last worker
 	 * and prefers a parked worker on an idle pCPU. */

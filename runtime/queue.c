@@ -135,8 +135,10 @@ static struct pvrt_ult *inject_pop(struct rt_worker *t, bool thief)
 	 * Nonblocking: where an enqueuer has swung the tail but not yet linked its node (it was
 	 * preempted between its two stores), the blocking variant sleeps in poll(2) for 10 ms
 	 * with our lock held, and sets errno to EINTR under the preemption signal, in the ULT's
-	 * own TLS (a program's errno changed across a yield). Here that queue counts as empty:
-	 * the enqueuer counts its ULT and wakes this worker once linked (inject_to).
+	 * own TLS (a program's errno changed across a yield). Here nothing is taken for now (the
+	 * ULT held back may be an earlier one, linked and counted). Nothing is lost: the owner
+	 * keeps seeing inj.n >= 1, so it does not park, and the stalled enqueuer raises inj.n and
+	 * checks the park word once linked (inject_to); a thief gives up and tries elsewhere.
 	 */
 	struct cds_wfcq_node *n = __cds_wfcq_dequeue_nonblocking(&t->inj.head, &t->inj.tail);
 	bool linking = n == CDS_WFCQ_WOULDBLOCK;

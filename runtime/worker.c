@@ -33,17 +33,25 @@ static void kpark(uint32_t *word, uint64_t deadline)
 static void idle(struct rt_worker *w)
 {
 	/* Work stranded on a preempted vCPU (the ULT it runs, or a queue we just failed to steal
-	 * from): first lend it our physical CPU, if the policy names one (sched/hints.c) and the
-	 * source can ask the host; a halt would hand the pCPU to whoever the host picks. Once per
-	 * idle period: the yield returns when our vCPU runs again, and the usual idle path
-	 * follows (it finds new work, or parks until woken). */
-	if (rt_state.can_lend) {
+	 * from): ask the host to run that vCPU now, in our vCPU's place (directed yield), if the
+	 * policy names one (sched/hints.c) and the source can ask. Not while this worker has work
+	 * of its own coming (queued, or a timer armed: bound ULTs and timers are nobody else's).
+	 * The yield returns when our vCPU runs again, and the usual idle path follows (it finds
+	 * new work, or parks until woken). */
+	if (rt_state.can_lend && __atomic_load_n(&w->armed, __ATOMIC_RELAXED) == UINT64_MAX &&
+	    !rt_has_work(w)) {
 		struct rt_sched_caller c = {.worker = (int)w->idx, .rng = w->rng};
 		int t = rt_state.pol->lend(&rt_state.view, &c);
 		if (t >= 0 && (unsigned)t < rt_state.nw && (unsigned)t != w->idx &&
 		    pvhint_yield_to(rt_state.hint,
-				    __atomic_load_n(&rt_state.w[t]->vcpu, __ATOMIC_RELAXED)) == 0)
+				    __atomic_load_n(&rt_state.w[t]->vcpu, __ATOMIC_RELAXED)) == 0) {
 			PVRT_STAT_INC(w, st_lends);
+			/* The turn we gave away is steal time of our own making: it says nothing
+			 * of contention (as a wake-up's delay below), so it must not turn
+			 * halt-polling off. */
+			if (rt_state.hint->valid & PVHINT_VALID_STEAL)
+				w->last_steal = pvhint_steal(rt_state.hint, w->vcpu);
+		}
 	}
 	uint64_t t0 = os_now_ns();
 	bool contended = pvhint_vcpu_preempted(rt_state.hint, w->vcpu);

@@ -12,11 +12,11 @@
  *   wake_idle: the best-rated parked worker (a parked worker on an idle pCPU runs at once; one
  *              whose pCPU is busy would wait for the host to schedule it), scanning from the
  *              worker after 'where' so ties spread.
- *   lend: a worker whose vCPU is preempted while it runs a ULT or holds queued work: the caller,
- *         idle, gives it its physical CPU (directed yield). Without this the work waits for the
- *         host's next turn, up to a whole time slice, while our vCPU halts and hands its pCPU
- *         to whoever the host picks. Nothing else can help a running ULT on a preempted vCPU:
- *         its context is the stopped vCPU's until that vCPU runs.
+ *   lend: a worker whose vCPU is preempted while it runs a ULT or holds queued work: the idle
+ *         caller asks the host to run that vCPU now (directed yield: on its own pCPU, in place
+ *         of whatever runs there; the caller's turn ends). Without this the work waits for the
+ *         host's next turn, up to a whole time slice. Nothing else can help a running ULT on a
+ *         preempted vCPU: its context is the stopped vCPU's until that vCPU runs.
  * A source without preemption or idle hints (none) gets the random policy's decisions, by
  * delegation; one with preemption but no idle hints gets no idle preference.
  */

@@ -691,17 +691,20 @@ static void write_stats(void)
 	}
 	/* Per worker, when ULTs run here (M:N mode): pvrt-run prints them as a second table. */
 	unsigned nw = pvrt_nworkers();
-	char rbuf[PVRT_MAX_WORKERS * 112];
+	/* Sized by the workers there are (at most PVRT_MAX_WORKERS): this runs at exit on whatever
+	 * stack called exit, a ULT's of 16 KiB perhaps. A line is at most 8 counts of 20 digits. */
+	char rbuf[(nw ? nw : 1) * 176];
 	size_t rn = 0;
 	for (unsigned i = 0; i < nw; i++) {
 		struct pvrt_stats ws;
 		if (pvrt_stats_get_worker(i, &ws))
 			break;
 		int k = snprintf(
-		    rbuf + rn, sizeof(rbuf) - rn, "worker%u %llu %llu %llu %llu %llu %llu\n", i,
-		    (unsigned long long)ws.switches, (unsigned long long)ws.steals,
+		    rbuf + rn, sizeof(rbuf) - rn, "worker%u %llu %llu %llu %llu %llu %llu %llu\n",
+		    i, (unsigned long long)ws.switches, (unsigned long long)ws.steals,
 		    (unsigned long long)ws.preemptions, (unsigned long long)ws.handoffs,
-		    (unsigned long long)ws.ults_created, (unsigned long long)ws.lends);
+		    (unsigned long long)ws.ults_created, (unsigned long long)ws.lends,
+		    (unsigned long long)ws.rescues);
 		if (k < 0 || (size_t)k >= sizeof(rbuf) - rn)
 			break;
 		rn += (size_t)k;

@@ -366,6 +366,11 @@ struct pvrt_ult *rt_steal(struct rt_worker *w)
 			continue;
 		}
 		PVRT_STAT_INC(w, st_steals);
+		/* A rescue: work its own vCPU could not run now (whatever the policy's reason for
+		 * trying this victim). */
+		if (pvhint_vcpu_preempted(rt_state.hint,
+					  __atomic_load_n(&x->vcpu, __ATOMIC_RELAXED)))
+			PVRT_STAT_INC(w, st_rescues);
 		return u;
 	}
 }

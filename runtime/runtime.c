@@ -440,6 +440,7 @@ static void sum_workers(struct pvrt_stats *s, unsigned lo, unsigned hi)
 		s->preemptions += LD(st_preempts);
 		s->handoffs += LD(st_handoffs);
 		s->lends += LD(st_lends);
+		s->rescues += LD(st_rescues);
 #undef LD
 	}
 }

@@ -113,6 +113,8 @@ struct pvrt_stats {
 	 * runtime (0 in a worker's stats). Idle workers give the pooled ones back. */
 	uint64_t stacks;
 	uint64_t lends; /* directed yields of an idle worker's vCPU to a preempted worker's */
+	uint64_t
+	    rescues; /* steals (counted in steals too) from a worker whose vCPU was preempted */
 };
 /* Fill the first 'size' bytes of *s (size: the program's sizeof(struct pvrt_stats)). -EINVAL for
  * NULL or a size below the header, -ENXIO when the runtime is not running.

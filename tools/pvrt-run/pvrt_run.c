@@ -10,8 +10,9 @@
  * acquisitions, contended acquisitions, spins cut short because the owner's
  * vCPU was preempted, parks and hand-offs (summed over PROGRAM's processes).
  * When ULTs ran in PROGRAM (M:N mode), --stats also prints per worker: ULT switches, steals,
- * preemptions, hand-offs of the worker for a ULT blocked in the kernel, ULTs created, and lends
- * (an idle worker's directed yields to a preempted one: sched/README.md).
+ * rescues (steals from a worker whose vCPU was preempted), preemptions, hand-offs of the worker
+ * for a ULT blocked in the kernel, ULTs created, and lends (an idle worker's directed yields to
+ * a preempted one: sched/README.md).
  * --locks=glibc keeps glibc's locks (everything else unchanged, e.g. thread placement under
  * --emu): the baseline for comparisons under the emulator. --mn runs every pthread of PROGRAM as
  * a ULT of pvrt's runtime (PVRT_MN=1, runtime/MN.md); --workers=N sets the runtime's worker
@@ -104,8 +105,8 @@ static int find_preload(char *out, size_t n)
 
 #define PVRT_RUN_WORKERS 256 /* PVRT_MAX_WORKERS */
 
-/* A line of the statistics file: a name and up to 6 counts (lock classes have 5). */
-#define NV 6
+/* A line of the statistics file: a name and up to 7 counts (lock classes have 5). */
+#define NV 7
 struct sums {
 	char name[64];
 	unsigned long long v[NV];
@@ -124,8 +125,8 @@ static void print_stats(const char *path)
 	char name[64], line[512];
 	while (fgets(line, sizeof(line), f)) {
 		unsigned long long v[NV] = {0};
-		if (sscanf(line, "%63s %llu %llu %llu %llu %llu %llu", name, &v[0], &v[1], &v[2],
-			   &v[3], &v[4], &v[5]) < 6)
+		if (sscanf(line, "%63s %llu %llu %llu %llu %llu %llu %llu", name, &v[0], &v[1],
+			   &v[2], &v[3], &v[4], &v[5], &v[6]) < 6)
 			continue;
 		int i;
 		for (i = 0; i < ns; i++)
@@ -156,13 +157,14 @@ static void print_stats(const char *path)
 	if (!workers)
 		return;
 	/* Written by the preload when ULTs ran (M:N mode), one line per worker. */
-	fprintf(stderr, "pvrt-run: runtime statistics\n%-9s %14s %12s %12s %12s %10s %10s\n",
-		"worker", "switches", "steals", "preemptions", "hand-offs", "ULTs", "lends");
+	fprintf(stderr, "pvrt-run: runtime statistics\n%-9s %14s %12s %12s %12s %12s %10s %10s\n",
+		"worker", "switches", "steals", "rescues", "preemptions", "hand-offs", "ULTs",
+		"lends");
 	for (int i = 0; i < ns; i++)
 		if (!strncmp(s[i].name, "worker", 6))
-			fprintf(stderr, "%-9s %14llu %12llu %12llu %12llu %10llu %10llu\n",
-				s[i].name + 6, s[i].v[0], s[i].v[1], s[i].v[2], s[i].v[3],
-				s[i].v[4], s[i].v[5]);
+			fprintf(stderr, "%-9s %14llu %12llu %12llu %12llu %12llu %10llu %10llu\n",
+				s[i].name + 6, s[i].v[0], s[i].v[1], s[i].v[6], s[i].v[2],
+				s[i].v[3], s[i].v[4], s[i].v[5]);
 }
 
 /* ---------------------------------------------------------------- one bpf instance per run */

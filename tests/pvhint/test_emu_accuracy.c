@@ -13,6 +13,11 @@
  *     a stop or resume that waited for a sampling tick or a timer instead of acting at once.
  *     (A 100 us bound failed under ctest -j2 on a loaded machine: medians of 105 us.)
  * The machine is shared and noisy, so each part gets a few attempts; every attempt is printed.
+ * A noisy attempt during which the host took more than 2 % of this machine's CPU time (its steal
+ * time in /proc/stat) measures the host, not the emulator: it does not count, and when no
+ * attempt was left undisturbed the test is skipped (exit 77) rather than failed. All five noisy
+ * attempts of one ctest run once measured held fractions of 0.45-0.57 (neighbour 0.30-0.34),
+ * where undisturbed runs measure 0.30 +- 0.01.
  */
 #define _GNU_SOURCE
 #include "check.h"
@@ -23,6 +28,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -76,7 +82,24 @@ static int cmp_u64(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-static bool noisy_attempt(int attempt)
+/* The steal time of all of this machine's CPUs (the host running something else), in ns; 0 if
+ * unknown. */
+static uint64_t machine_steal_ns(void)
+{
+	unsigned long long v[8] = {0};
+	FILE *f = fopen("/proc/stat", "r");
+	if (!f)
+		return 0;
+	int n = fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3],
+		       &v[4], &v[5], &v[6], &v[7]);
+	fclose(f);
+	long hz = sysconf(_SC_CLK_TCK);
+	return n == 8 && hz > 0 ? (uint64_t)v[7] * (1000000000ull / (uint64_t)hz) : 0;
+}
+
+enum attempt_result { ATTEMPT_OK, ATTEMPT_FAILED, ATTEMPT_DISTURBED };
+
+static enum attempt_result noisy_attempt(int attempt)
 {
 	const double duty = 0.3;
 	CHECK(
@@ -106,7 +129,7 @@ static bool noisy_attempt(int attempt)
 	uint64_t t0 = os_now_ns(), t = t0, pre_ns = 0;
 	__atomic_store_n(&gap_since, t0, __ATOMIC_RELAXED);
 	__atomic_store_n(&gap_ns, 0, __ATOMIC_RELAXED);
-	uint64_t steal0 = pvhint_steal(h, 0);
+	uint64_t steal0 = pvhint_steal(h, 0), host0 = machine_steal_ns();
 	bool flag = pvhint_vcpu_preempted(h, 0);
 	while (t - t0 < 1000000000ull) {
 		test_sleep_us(
@@ -131,6 +154,9 @@ static bool noisy_attempt(int attempt)
 	CHECK(!pthread_join(th, NULL));
 	pvhint_close(h);
 	double span = (double)(t - t0);
+	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+	double f_host =
+	    (double)(machine_steal_ns() - host0) / (span * (double)(ncpu > 0 ? ncpu : 1));
 	double f_flag = pre_ns / span, f_stop = (s1.stopped_ns - s0.stopped_ns) / span;
 	double f_gap = gaps / span, f_steal = steal / span, f_held = 1 - act / span;
 	/* The neighbour's time as the emulator accounts it: the model's own schedule. */
@@ -142,13 +168,18 @@ static bool noisy_attempt(int attempt)
 	 */
 	bool ok = fabs((rt ? f_flag : f_steal) - duty) <= 0.05 && fabs(f_held - duty) <= 0.05 &&
 		  fabs(f_nb - duty) <= 0.05;
+	bool disturbed = !ok && f_host > 0.02;
 	printf("noisy attempt %d: configured %.3f; measured: flag %.3f%s, spinner%s held (not "
 	       "runnable) %.3f; also: handler-stopped %.3f, spinner no progress incl. machine load "
-	       "%.3f, steal %.3f, neighbour %.3f, ack timeouts %llu -> %s\n",
+	       "%.3f, steal %.3f, neighbour %.3f, ack timeouts %llu; the host took %.3f of this "
+	       "machine -> %s\n",
 	       attempt, duty, f_flag, rt ? " (rt sampler)" : "", spin_rt ? " (rt)" : "", f_held,
 	       f_stop, f_gap, f_steal, f_nb,
-	       (unsigned long long)(s1.ack_timeouts - s0.ack_timeouts), ok ? "ok" : "outside 5pp");
-	return ok;
+	       (unsigned long long)(s1.ack_timeouts - s0.ack_timeouts), f_host,
+	       ok	   ? "ok"
+	       : disturbed ? "outside 5pp, disturbed by the host"
+			   : "outside 5pp");
+	return ok ? ATTEMPT_OK : disturbed ? ATTEMPT_DISTURBED : ATTEMPT_FAILED;
 }
 
 static bool latency_attempt(int attempt)
@@ -205,10 +236,20 @@ static bool latency_attempt(int attempt)
 
 int main(void)
 {
+	enum attempt_result r = ATTEMPT_FAILED;
+	int undisturbed = 0;
+	for (int a = 1; a <= 8 && r != ATTEMPT_OK; a++) {
+		r = noisy_attempt(a);
+		undisturbed += r != ATTEMPT_DISTURBED;
+		if (undisturbed == 5)
+			break;
+	}
+	if (r != ATTEMPT_OK && !undisturbed) {
+		printf("emu accuracy: skipped, every noisy attempt was disturbed by the host\n");
+		return 77;
+	}
+	CHECK(r == ATTEMPT_OK);
 	bool ok = false;
-	for (int a = 1; a <= 5 && !ok; a++)
-		ok = noisy_attempt(a);
-	CHECK(ok);
 	ok = false;
 	for (int a = 1; a <= 4 && !ok; a++)
 		ok = latency_attempt(a);

@@ -715,7 +715,7 @@ static int lock_common(lk_mutex_t *m, clockid_t clk, const struct timespec *abs,
 			return 0;
 		}
 	}
-	if (lk_unlikely(!try_fast(m))) {
+	if (lk_unlikely(!try_fast(m, rt_tls_worker))) {
 		int r = lock_slow(m, clk, abs, timed, u);
 		if (r)
 			return r;
@@ -725,6 +725,12 @@ static int lock_common(lk_mutex_t *m, clockid_t clk, const struct timespec *abs,
 		m->count = 1;
 	lk_stat(C, LK_ACQ);
 	return 0;
+}
+
+void lk_mutex_publish_worker(lk_mutex_t *m)
+{
+	struct pvrt_ult *u = lk_self_ult();
+	publish_owner(m, lk_self_id(u), u);
 }
 
 int lk_mutex_lock_slow(lk_mutex_t *m)

@@ -32,11 +32,19 @@ static inline int mtype(const lk_mutex_t *m)
 	return __atomic_load_n(&m->kind, __ATOMIC_RELAXED) & 3;
 }
 
-/* A normal or adaptive mutex (the types without owner checks)? */
+/* A normal or adaptive type (the types without owner checks), from the kind word itself: the
+ * preload loads it once for both its own test and this one. */
+static inline bool kind_plain(int32_t kind)
+{
+	int t = kind & 3;
+	return t == PVRT_MUTEX_NORMAL || t == PVRT_MUTEX_ADAPTIVE;
+}
+
+/* A normal or adaptive mutex? */
 static inline bool mtype_plain(const lk_mutex_t *m)
 {
-	int t = mtype(m);
-	return t == PVRT_MUTEX_NORMAL || t == PVRT_MUTEX_ADAPTIVE;
+	/* Relaxed: as mtype. */
+	return kind_plain(__atomic_load_n(&m->kind, __ATOMIC_RELAXED));
 }
 
 /* vCPU + 1 as the 16-bit fields keep it: 0 (unknown) beyond their range. */
@@ -76,19 +84,22 @@ static inline void publish_owner(lk_mutex_t *m, int tid, struct pvrt_ult *u)
  * its thread holds deadlocks with glibc too; one that locks and unlocks a free one leaves
  * it free.
  */
-static inline bool lk_alone(void)
+static inline bool lk_alone(const struct rt_worker *w)
 {
 #if defined(__GLIBC__) && __has_include(<sys/single_threaded.h>)
-	return __libc_single_threaded && rt_tls_worker == NULL;
+	return __libc_single_threaded && w == NULL;
 #else
+	(void)w;
 	return false;
 #endif
 }
 
-static inline bool try_fast(lk_mutex_t *m)
+/* w: rt_tls_worker, read once per call by the caller (only whether it is NULL matters, which a
+ * switch to another worker does not change). */
+static inline bool try_fast(lk_mutex_t *m, const struct rt_worker *w)
 {
 	uint32_t z = 0;
-	if (lk_alone()) {
+	if (lk_alone(w)) {
 		/* No other thread can read the word; the signal fence keeps the compiler from
 		 * moving the critical section before the store (a handler of this thread is
 		 * the only other observer). Plain loads and stores on x86. */
@@ -103,10 +114,10 @@ static inline bool try_fast(lk_mutex_t *m)
 					   __ATOMIC_RELAXED);
 }
 
-static inline void release(lk_mutex_t *m)
+static inline void release(lk_mutex_t *m, const struct rt_worker *wk)
 {
 	uint32_t w = LOCKED;
-	if (lk_alone() && __atomic_load_n(&m->word, __ATOMIC_RELAXED) == LOCKED) {
+	if (lk_alone(wk) && __atomic_load_n(&m->word, __ATOMIC_RELAXED) == LOCKED) {
 		__atomic_signal_fence(__ATOMIC_SEQ_CST); /* see try_fast */
 		__atomic_store_n(&m->word, 0, __ATOMIC_RELAXED);
 		return;
@@ -117,27 +128,48 @@ static inline void release(lk_mutex_t *m)
 		lk_mutex_release_slow(m);
 }
 
-/* pvrt_mutex_lock. */
-static inline int lk_mutex_lock(lk_mutex_t *m)
+/* mutex.c: publish_owner for a caller on a worker (a ULT, or a worker's own context), out of
+ * line so that a thread's fast path calls nothing and needs no stack frame. */
+void lk_mutex_publish_worker(lk_mutex_t *m);
+
+/*
+ * pvrt_mutex_lock of a mutex whose kind word the caller has read. The per-thread words are read
+ * once each: a plain thread (neither a ULT nor a worker) has both NULL, and that is all the
+ * fast path asks of them.
+ */
+static inline int lk_mutex_lock_kind(lk_mutex_t *m, int32_t kind)
 {
-	if (lk_likely(mtype_plain(m) && try_fast(m))) {
-		struct pvrt_ult *u = lk_self_ult();
-		publish_owner(m, lk_self_id(u), u);
+	struct pvrt_ult *u = rt_tls_ult;
+	struct rt_worker *w = rt_tls_worker;
+	if (lk_likely(kind_plain(kind) && try_fast(m, w))) {
+		if (lk_likely(!u && !w))
+			publish_owner(m, lk_tid(), NULL);
+		else
+			lk_mutex_publish_worker(m);
 		lk_stat(PVRT_LOCK_MUTEX, LK_ACQ);
 		return 0;
 	}
 	return lk_mutex_lock_slow(m);
 }
 
+/* pvrt_mutex_lock. */
+static inline int lk_mutex_lock(lk_mutex_t *m)
+{
+	/* Relaxed: as mtype. */
+	return lk_mutex_lock_kind(m, __atomic_load_n(&m->kind, __ATOMIC_RELAXED));
+}
+
 /* pvrt_mutex_unlock of a normal or adaptive mutex (the caller checks mtype_plain). */
 static inline int lk_mutex_unlock_plain(lk_mutex_t *m)
 {
+	struct rt_worker *w = rt_tls_worker;
 	__atomic_store_n(&m->owner, 0, __ATOMIC_RELAXED);
 	/* A spinner between the next owner's CAS and its publish_owner() must not take us (who
-	 * may exit) for the owner to yield to. Only a ULT owner set it (publish_owner). */
-	if (lk_self_ult())
+	 * may exit) for the owner to yield to. Only a ULT owner set it (publish_owner), and a ULT
+	 * runs on a worker. */
+	if (lk_unlikely(w != NULL) && lk_self_ult())
 		__atomic_store_n(&m->owner_ult, NULL, __ATOMIC_RELAXED);
-	release(m);
+	release(m, w);
 	return 0;
 }
 

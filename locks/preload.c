@@ -162,11 +162,21 @@ static inline lk_mutex_t *LM(pthread_mutex_t *m)
  * on emulated vCPUs remains, for comparisons under the emulator. Set by the constructor. */
 static bool all_glibc;
 
-static inline bool mutex_foreign(pthread_mutex_t *m)
+/* The kind word, read once per call: the foreign test and the type test share the load. */
+static inline int32_t mutex_kind(pthread_mutex_t *m)
 {
 	/* Relaxed: __kind is set at init, before the mutex is shared. */
-	return lk_unlikely(all_glibc ||
-			   (__atomic_load_n(&LM(m)->kind, __ATOMIC_RELAXED) & GLIBC_MUTEX_FOREIGN));
+	return __atomic_load_n(&LM(m)->kind, __ATOMIC_RELAXED);
+}
+
+static inline bool kind_foreign(int32_t kind)
+{
+	return lk_unlikely(all_glibc || (kind & GLIBC_MUTEX_FOREIGN));
+}
+
+static inline bool mutex_foreign(pthread_mutex_t *m)
+{
+	return kind_foreign(mutex_kind(m));
 }
 
 EXPORT int pthread_mutex_init(pthread_mutex_t *m, const pthread_mutexattr_t *attr)
@@ -197,9 +207,10 @@ EXPORT int pthread_mutex_destroy(pthread_mutex_t *m)
 
 EXPORT int pthread_mutex_lock(pthread_mutex_t *m)
 {
-	if (mutex_foreign(m))
+	int32_t kind = mutex_kind(m);
+	if (kind_foreign(kind))
 		return CALL_REAL(pthread_mutex_lock, m);
-	return -lk_mutex_lock(LM(m)); /* inline: mutex_fast.h */
+	return -lk_mutex_lock_kind(LM(m), kind); /* inline: mutex_fast.h */
 }
 
 EXPORT int pthread_mutex_trylock(pthread_mutex_t *m)
@@ -225,9 +236,10 @@ EXPORT int pthread_mutex_clocklock(pthread_mutex_t *m, clockid_t clk, const stru
 
 EXPORT int pthread_mutex_unlock(pthread_mutex_t *m)
 {
-	if (mutex_foreign(m))
+	int32_t kind = mutex_kind(m);
+	if (kind_foreign(kind))
 		return CALL_REAL(pthread_mutex_unlock, m);
-	if (lk_likely(mtype_plain(LM(m))))
+	if (lk_likely(kind_plain(kind)))
 		return -lk_mutex_unlock_plain(LM(m)); /* inline: mutex_fast.h */
 	return -pvrt_mutex_unlock(PM(m));
 }

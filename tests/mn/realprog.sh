@@ -82,7 +82,7 @@ if command -v sysbench >/dev/null; then
 		--thread-locks=4 run | grep 'total number of events'"
 fi
 skip() { echo "$1: SKIP ($2)"; }
-skip "python3 threading" "run by ctest mn.python (label known-hang)"
+skip "python3 threading" "run alone by ctest mn.python"
 if ! command -v x264 >/dev/null; then
 	skip x264 "not installed (Debian x264)"
 elif ! command -v python3 >/dev/null; then
@@ -134,7 +134,7 @@ else
 	skip "OpenBLAS dgemm" "not built (Debian libopenblas-dev)"
 fi
 if [ -n "${MN_OMP:-}" ]; then
-	skip OpenMP "run by ctest mn.openmp (label known-hang)"
+	skip OpenMP "run alone by ctest mn.openmp"
 else
 	skip OpenMP "not built (the compiler has no OpenMP)"
 fi

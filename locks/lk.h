@@ -45,12 +45,14 @@
 #define LK_SPINLOCK_SPIN_NS 100000ull
 
 /*
- * Fairness bound of the mutex: a waiter that has waited LK_STARVE_NS since it
- * first parked asks for the lock to be handed to it directly (locks/README.md).
- * A bound in lost races instead (two, once) handed the lock over thousands of
- * times a second between two threads, each hand-over a wake-up long.
+ * Fairness bound of the mutex: a waiter that has waited LK_STARVE_NS since it was first woken
+ * asks for the lock to be handed to it directly, and waits for it awake while the owner runs;
+ * once it has waited LK_STARVE_HARD_NS it takes the hand-off asleep too (locks/README.md,
+ * "Fairness bound"). A bound in lost races instead (two, once) handed the lock over
+ * thousands of times a second between two threads, each hand-over a wake-up long.
  */
-#define LK_STARVE_NS 1000000ull
+#define LK_STARVE_NS	  20000ull
+#define LK_STARVE_HARD_NS 1000000ull
 
 static inline void lk_backoff(unsigned *b)
 {

@@ -18,14 +18,15 @@
  *            waiter then answers for its own kind's bit, so waking one of each
  *            loses no wake-up.
  *
- * hand-off: a waiter that has waited LK_STARVE_NS since it was first woken
+ * hand-off: a waiter that has waited starve_bound() since it was first woken
  *   registers in 'handoff' (CAS 0 -> its tid; one target at a time), sets
  *   HANDOFF in the word while it is LOCKED, and parks on 'handoff'. An unlocker
  *   that finds a target keeps LOCKED, clears HANDOFF and turns 'handoff' into
  *   tid|GRANT: ownership passes without the word ever being free. If the
- *   target's vCPU is preempted the unlocker releases instead and cancels the
- *   registration ('handoff' -> 0, wake), so the lock is not stuck behind a
- *   thread that cannot run. Every release that finds a registered target after
+ *   target's vCPU is preempted, or the target sleeps below the hard bound
+ *   (ASLEEP), the unlocker releases instead and cancels the registration
+ *   ('handoff' -> 0, wake), so the lock is not stuck behind a thread that
+ *   cannot run or has yet to wake. Every release that finds a registered target after
  *   freeing the word cancels it the same way: the target stores its tid, then
  *   reads the word; the unlocker frees the word, then reads 'handoff' (both
  *   sequentially consistent), so one of them sees the other (no lost wake-up).
@@ -44,7 +45,10 @@
 #include <stdbool.h>
 
 #define GRANT 0x80000000u /* in 'handoff': target tid | GRANT = the lock is yours */
-#define C     PVRT_LOCK_MUTEX
+/* In 'handoff_vcpu', beside the target's vCPU + 1 (below 0x8000, else 0): the target sleeps, and
+ * has waited less than LK_STARVE_HARD_NS. */
+#define ASLEEP 0x8000u
+#define C      PVRT_LOCK_MUTEX
 
 static inline bool is_target(uint32_t h)
 {
@@ -524,9 +528,11 @@ static void await_grant(lk_mutex_t *m, uint32_t t, struct pvrt_ult *u)
  * before), or the timeout error.
  */
 static int handoff_acquire(lk_mutex_t *m, clockid_t clk, const struct timespec *abs,
-			   struct pvrt_ult *u, uint32_t wbit)
+			   struct pvrt_ult *u, uint32_t wbit, uint64_t t0)
 {
 	const uint32_t t = (uint32_t)lk_self_id(u);
+	uint32_t v = lk_self_vcpu1(u);
+	const uint16_t v1 = (uint16_t)(v < ASLEEP ? v : 0);
 	bool registered = false;
 
 	for (;;) {
@@ -548,8 +554,7 @@ static int handoff_acquire(lk_mutex_t *m, clockid_t clk, const struct timespec *
 							 __ATOMIC_SEQ_CST, __ATOMIC_RELAXED))
 				return -EAGAIN;
 			registered = true;
-			__atomic_store_n(&m->handoff_vcpu, vcpu16(lk_self_vcpu1(u)),
-					 __ATOMIC_RELAXED);
+			__atomic_store_n(&m->handoff_vcpu, v1, __ATOMIC_RELAXED);
 		}
 		uint32_t w = __atomic_load_n(&m->word, __ATOMIC_SEQ_CST);
 		if (!(w & LOCKED)) {
@@ -572,7 +577,21 @@ static int handoff_acquire(lk_mutex_t *m, clockid_t clk, const struct timespec *
 				continue;
 		}
 		await_grant(m, t, u);
+		/* A thread that goes to sleep tells the unlocker so (below the hard bound): a
+		 * grant to a sleeper holds the lock through the sleeper's wake-up, with nobody
+		 * running it, which costs every other waiter that wake-up too. The unlocker
+		 * cancels instead (frees the word and wakes us): we then take the free word, or
+		 * register again and wait for the grant awake (await_grant). Past the hard
+		 * bound we take the grant asleep. A ULT parks by switching away and is woken
+		 * onto a worker: no flag. Relaxed: a hint for the unlocker's choice between
+		 * two paths that are both correct. */
+		bool flag = !u && os_now_ns() - t0 < LK_STARVE_HARD_NS;
+		if (flag)
+			__atomic_store_n(&m->handoff_vcpu, (uint16_t)(v1 | ASLEEP),
+					 __ATOMIC_RELAXED);
 		int r = lk_park(&m->handoff, t, clk, abs, C);
+		if (flag)
+			__atomic_store_n(&m->handoff_vcpu, v1, __ATOMIC_RELAXED);
 		if (r == -ETIMEDOUT || r == -EINVAL) {
 			uint32_t e = t;
 			/* Withdraw; acquire (needed on failure: it may be our grant). A stale
@@ -587,6 +606,25 @@ static int handoff_acquire(lk_mutex_t *m, clockid_t clk, const struct timespec *
 			return r; /* cancelled: nothing registered any more */
 		}
 	}
+}
+
+/*
+ * How long a woken waiter may lose to bargers before it asks for a hand-off (bounded barging).
+ * LK_STARVE_NS: a few wake-ups' worth, so that a waiter that keeps losing to an owner that
+ * unlocks and relocks at once (long sections, 2 threads on 2 CPUs) waits tens of microseconds,
+ * not the hard bound (bench_locks long sections, 2 threads on 2 CPUs: p99 69 -> 42 us against
+ * glibc's 57, p99.9 about 300 -> 50-75 us; locks/README.md "Fairness bound"). But not while our
+ * own vCPU
+ * shares its physical CPU: waits there are mostly the host's turns of the owner's vCPU or ours,
+ * which no hand-off shortens, and a registered target whose vCPU is descheduled holds the one
+ * hand-off slot and (HANDOFF) sends every spinner to sleep: at --emu vcpus=4,pcpus=2 the short
+ * bound took the p99 from 6 us to 118 us. There the hard bound alone.
+ */
+static uint64_t starve_bound(struct pvrt_ult *u)
+{
+	pvhint_t *h = lk_hints();
+	bool shared = (h->valid & PVHINT_VALID_PREEMPTED) && own_vcpu_shared(mx_self(), h, u);
+	return shared ? LK_STARVE_HARD_NS : LK_STARVE_NS;
 }
 
 static int lock_slow(lk_mutex_t *m, clockid_t clk, const struct timespec *abs, bool timed,
@@ -619,8 +657,8 @@ static int lock_slow(lk_mutex_t *m, clockid_t clk, const struct timespec *abs, b
 				return 0;
 			continue;
 		}
-		if (t0 && os_now_ns() - t0 >= LK_STARVE_NS) {
-			int r = handoff_acquire(m, clk, abs, u, wbit);
+		if (t0 && os_now_ns() - t0 >= starve_bound(u)) {
+			int r = handoff_acquire(m, clk, abs, u, wbit, t0);
 			if (r != -EAGAIN)
 				return r;
 		}
@@ -662,7 +700,8 @@ void lk_mutex_release_slow(lk_mutex_t *m)
 				hints = lk_hints();
 			uint32_t tv = __atomic_load_n(&m->handoff_vcpu, __ATOMIC_RELAXED);
 			/* A target left by a parent thread at fork would never collect a grant. */
-			if (!lk_vcpu1_preempted(hints, tv) && !lk_target_gone(t)) {
+			if (!(tv & ASLEEP) && !lk_vcpu1_preempted(hints, tv) &&
+			    !lk_target_gone(t)) {
 				/* Grant: keep LOCKED, drop HANDOFF; ownership passes to t. */
 				if (!__atomic_compare_exchange_n(&m->word, &w, w & ~HANDOFF, false,
 								 __ATOMIC_RELAXED,
@@ -679,8 +718,8 @@ void lk_mutex_release_slow(lk_mutex_t *m)
 				}
 				continue; /* the target withdrew (timeout): look again */
 			}
-			/* The target cannot run: release normally; the cancel below wakes it so
-			 * it re-checks when its vCPU runs again. */
+			/* The target cannot run, or sleeps: release normally; the cancel below
+			 * wakes it so it re-checks (when its vCPU runs again). */
 		}
 		/* Release + seq_cst: publishes our critical section and orders the free before
 		 * the 'handoff' load below (against handoff_acquire's register-then-load). */

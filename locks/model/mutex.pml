@@ -285,7 +285,7 @@ rloop:
 			}
 			wake_ho();
 			goto next
-		:: true -> skip   /* preempted: release normally */
+		:: true -> skip   /* preempted, or asleep below the hard bound: release normally */
 		fi
 	:: else -> skip
 	fi;

@@ -46,6 +46,7 @@
 
 /*
  * Fairness bound of the mutex: a waiter that has waited LK_STARVE_NS since it was first woken
+ * (LK_STARVE_HARD_NS while its own vCPU shares its physical CPU: mutex.c, starve_bound())
  * asks for the lock to be handed to it directly, and waits for it awake while the owner runs;
  * once it has waited LK_STARVE_HARD_NS it takes the hand-off asleep too (locks/README.md,
  * "Fairness bound"). A bound in lost races instead (two, once) handed the lock over

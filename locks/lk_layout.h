@@ -38,7 +38,8 @@ typedef struct lk_mutex {
 	int32_t owner;	       /* owner's thread id (glibc's __owner), 0 when free */
 	uint16_t owner_vcpu;   /* owner's vCPU + 1, published at acquisition; 0: unknown (or
 				* a vCPU number above 65534) */
-	uint16_t handoff_vcpu; /* hand-off target's vCPU + 1 */
+	uint16_t handoff_vcpu; /* hand-off target's vCPU + 1 (0: unknown, or 0x7fff and above),
+				* | 0x8000 while the target sleeps below the hard bound */
 	int32_t kind;	       /* type (PVRT_MUTEX_*), at the offset of glibc's __kind */
 	uint32_t handoff; /* hand-off futex: 0, the target's tid, or tid | 0x80000000: granted */
 	struct lk_sqnode *spinq; /* tail of the queue of spinning waiters, or NULL */

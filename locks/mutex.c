@@ -522,6 +522,30 @@ static void await_grant(lk_mutex_t *m, uint32_t t, struct pvrt_ult *u)
 		;
 }
 
+/* A target's vCPU + 1 for 'handoff_vcpu': 0 (unknown) where it would reach the ASLEEP bit. */
+static uint16_t handoff_vcpu1(struct pvrt_ult *u)
+{
+	uint32_t v = lk_self_vcpu1(u);
+	return (uint16_t)(v < ASLEEP ? v : 0);
+}
+
+/*
+ * Mark the registered target t asleep in 'handoff_vcpu' (its current vCPU | ASLEEP, in *v1 the
+ * vCPU), unless it is no longer the target. The check and the store are two steps: a target
+ * cancelled in between may leave its mark on its successor's registration, which costs that
+ * successor one cancel (it registers again, storing a clean value) and never a hang: every mark
+ * is followed by its writer's clearing CAS. Relaxed: a hint for the unlocker's choice between
+ * two paths (grant, or release and cancel) that are both correct.
+ */
+static bool mark_asleep(lk_mutex_t *m, uint32_t t, uint16_t *v1)
+{
+	*v1 = handoff_vcpu1(NULL);
+	if (__atomic_load_n(&m->handoff, __ATOMIC_RELAXED) != t)
+		return false;
+	__atomic_store_n(&m->handoff_vcpu, (uint16_t)(*v1 | ASLEEP), __ATOMIC_RELAXED);
+	return true;
+}
+
 /*
  * The starving waiter's path. Returns 0 when it owns the lock, -EAGAIN if
  * another thread is the hand-off target (the caller parks on the word as
@@ -531,8 +555,6 @@ static int handoff_acquire(lk_mutex_t *m, clockid_t clk, const struct timespec *
 			   struct pvrt_ult *u, uint32_t wbit, uint64_t t0)
 {
 	const uint32_t t = (uint32_t)lk_self_id(u);
-	uint32_t v = lk_self_vcpu1(u);
-	const uint16_t v1 = (uint16_t)(v < ASLEEP ? v : 0);
 	bool registered = false;
 
 	for (;;) {
@@ -554,7 +576,8 @@ static int handoff_acquire(lk_mutex_t *m, clockid_t clk, const struct timespec *
 							 __ATOMIC_SEQ_CST, __ATOMIC_RELAXED))
 				return -EAGAIN;
 			registered = true;
-			__atomic_store_n(&m->handoff_vcpu, v1, __ATOMIC_RELAXED);
+			/* Our vCPU now: a cancelled thread often wakes on another CPU. */
+			__atomic_store_n(&m->handoff_vcpu, handoff_vcpu1(u), __ATOMIC_RELAXED);
 		}
 		uint32_t w = __atomic_load_n(&m->word, __ATOMIC_SEQ_CST);
 		if (!(w & LOCKED)) {
@@ -583,15 +606,21 @@ static int handoff_acquire(lk_mutex_t *m, clockid_t clk, const struct timespec *
 		 * cancels instead (frees the word and wakes us): we then take the free word, or
 		 * register again and wait for the grant awake (await_grant). Past the hard
 		 * bound we take the grant asleep. A ULT parks by switching away and is woken
-		 * onto a worker: no flag. Relaxed: a hint for the unlocker's choice between
-		 * two paths that are both correct. */
+		 * onto a worker: no flag. */
 		bool flag = !u && os_now_ns() - t0 < LK_STARVE_HARD_NS;
+		uint16_t v1 = 0;
 		if (flag)
-			__atomic_store_n(&m->handoff_vcpu, (uint16_t)(v1 | ASLEEP),
-					 __ATOMIC_RELAXED);
+			flag = mark_asleep(m, t, &v1);
 		int r = lk_park(&m->handoff, t, clk, abs, C);
-		if (flag)
-			__atomic_store_n(&m->handoff_vcpu, v1, __ATOMIC_RELAXED);
+		if (flag) {
+			/* Only our own mark: if we were cancelled or granted meanwhile, a new
+			 * target may have registered with its own vCPU, which we must not
+			 * overwrite (a CAS; a new target of the same vCPU that is itself asleep
+			 * would have stored the same value). Relaxed: as mark_asleep. */
+			uint16_t e = (uint16_t)(v1 | ASLEEP);
+			__atomic_compare_exchange_n(&m->handoff_vcpu, &e, v1, false,
+						    __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+		}
 		if (r == -ETIMEDOUT || r == -EINVAL) {
 			uint32_t e = t;
 			/* Withdraw; acquire (needed on failure: it may be our grant). A stale
@@ -614,9 +643,8 @@ static int handoff_acquire(lk_mutex_t *m, clockid_t clk, const struct timespec *
  * unlocks and relocks at once (long sections, 2 threads on 2 CPUs) waits tens of microseconds,
  * not the hard bound (bench_locks long sections, 2 threads on 2 CPUs: p99 69 -> 42 us against
  * glibc's 57, p99.9 about 300 -> 50-75 us; locks/README.md "Fairness bound"). But not while our
- * own vCPU
- * shares its physical CPU: waits there are mostly the host's turns of the owner's vCPU or ours,
- * which no hand-off shortens, and a registered target whose vCPU is descheduled holds the one
+ * own vCPU shares its physical CPU: waits there are mostly the host's turns of the owner's vCPU or
+ * ours, which no hand-off shortens, and a registered target whose vCPU is descheduled holds the one
  * hand-off slot and (HANDOFF) sends every spinner to sleep: at --emu vcpus=4,pcpus=2 the short
  * bound took the p99 from 6 us to 118 us. There the hard bound alone.
  */
@@ -727,9 +755,14 @@ void lk_mutex_release_slow(lk_mutex_t *m)
 						 __ATOMIC_RELAXED))
 			continue;
 		t = __atomic_load_n(&m->handoff, __ATOMIC_SEQ_CST);
+		/* Wake every sleeper on 'handoff', not one: between our cancel and the wake a new
+		 * target may register and sleep there too, and a wake of one would then depend on
+		 * the futex's order (FIFO in rt_futex; the kernel's puts a real-time waiter
+		 * first) to reach the cancelled target, which nobody would wake again. The new
+		 * target finds itself still registered and sleeps again. */
 		if (is_target(t) && __atomic_compare_exchange_n(&m->handoff, &t, 0, false,
 								__ATOMIC_RELAXED, __ATOMIC_RELAXED))
-			lk_wake(&m->handoff, 1);
+			lk_wake(&m->handoff, INT32_MAX);
 		if (w & KWAITERS)
 			kwake_one(m);
 		if (w & WAITERS)

@@ -166,7 +166,9 @@ static inline int lk_mutex_unlock_plain(lk_mutex_t *m)
 	__atomic_store_n(&m->owner, 0, __ATOMIC_RELAXED);
 	/* A spinner between the next owner's CAS and its publish_owner() must not take us (who
 	 * may exit) for the owner to yield to. Only a ULT owner set it (publish_owner), and a ULT
-	 * runs on a worker. */
+	 * runs on a worker (its own TLS block carries the worker word: runtime/tls.c). Outside
+	 * that (an M:N primary inside pvrt_init, a ULT in sysmon's lost path) a stale owner_ult
+	 * may stay: a hint that the yield-to checks (see publish_owner). */
 	if (lk_unlikely(w != NULL) && lk_self_ult())
 		__atomic_store_n(&m->owner_ult, NULL, __ATOMIC_RELAXED);
 	release(m, w);

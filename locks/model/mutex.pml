@@ -21,10 +21,14 @@
  * 'word' and 'handoff' are separate steps, so every interleaving the C code
  * allows (all its accesses are sequentially consistent or ordered by the
  * CASes modelled) is explored. Hints are nondeterministic: at each unlock the
- * hand-off target may or may not be "preempted"; a waiter may request the
- * hand-off at any time after it first parked (the starvation bound's trigger,
- * 1 ms later in the C code; a hand-off target's spin for its grant before it
- * parks is a delay, which the interleavings already cover). The spinner queue
+ * hand-off target may or may not be "preempted" (which also stands for the C
+ * code's "asleep below the hard bound": both make the unlocker release and
+ * cancel instead of granting); a waiter may request the hand-off at any time
+ * after it first parked (the C code's trigger is 20 us or 1 ms after its first
+ * wake-up, starve_bound(); a hand-off target's spin for its grant before it
+ * parks is a delay, which the interleavings already cover). With N = 3 the
+ * model cannot reach a second target registering between a cancel and its
+ * wake-up; the C code wakes every sleeper on 'handoff' at a cancel for that. The spinner queue
  * is not modelled here: it only decides which waiter may spin, and a spinner
  * that gives up parks as any waiter; spinq.pml checks the queue itself.
  *

@@ -642,7 +642,7 @@ static int handoff_acquire(lk_mutex_t *m, clockid_t clk, const struct timespec *
  * LK_STARVE_NS: a few wake-ups' worth, so that a waiter that keeps losing to an owner that
  * unlocks and relocks at once (long sections, 2 threads on 2 CPUs) waits tens of microseconds,
  * not the hard bound (bench_locks long sections, 2 threads on 2 CPUs: p99 69 -> 42 us against
- * glibc's 57, p99.9 about 300 -> 50-75 us; locks/README.md "Fairness bound"). But not while our
+ * glibc's 57, p99.9 150-330 -> 46-72 us; locks/README.md "Fairness bound"). But not while our
  * own vCPU shares its physical CPU: waits there are mostly the host's turns of the owner's vCPU or
  * ours, which no hand-off shortens, and a registered target whose vCPU is descheduled holds the one
  * hand-off slot and (HANDOFF) sends every spinner to sleep: at --emu vcpus=4,pcpus=2 the short

@@ -179,6 +179,7 @@ struct rt_worker {
 	void *hot;	  /* the default-size stack an exited ULT left warm here, or NULL */
 	unsigned hot_vg;
 	uint64_t nid;
+	uint64_t nexited; /* ULTs that exited here (with st_created: rt_wait_nlive_zero) */
 
 	struct rt_ring ring;
 	struct rt_inject inj;
@@ -260,10 +261,11 @@ struct rt_state {
 	uint64_t timer_slack; /* ns a timer may fire late, to share fires */
 	struct pvrt_ult *primary;
 	uint32_t stop;
-	uint32_t nlive PVRT_ALIGNED; /* ULTs other than the primary; futex word */
-	uint32_t nlive_waiters;	     /* threads waiting for nlive to drop to 0 (exits wake them) */
-	uint32_t nparked PVRT_ALIGNED;	  /* workers with park_word == 1 */
-	uint32_t nsearching PVRT_ALIGNED; /* workers halt-polling */
+	/* ULTs alive: the workers' st_created plus foreign_ids, minus their nexited (ult.c). */
+	uint32_t nlive_waiters PVRT_ALIGNED; /* threads waiting for none to be alive */
+	uint32_t exit_seq;		     /* futex: bumped by exits while someone waits */
+	uint32_t nparked PVRT_ALIGNED;	     /* workers with park_word == 1 */
+	uint32_t nsearching PVRT_ALIGNED;    /* workers halt-polling */
 	uint64_t foreign_ids;
 	/* Global descriptor pool and the chunks they live in. */
 	struct rt_lock plock PVRT_ALIGNED;
@@ -292,7 +294,7 @@ struct rt_state {
 	pthread_t sysmon;
 	int sysmon_on;
 	uint32_t sm_word PVRT_ALIGNED; /* futex: sysmon sleeps (1) or ticks (0) */
-	int asym_fence;		       /* membarrier() works: the M side needs no fence */
+	int asym_fence;		       /* membarrier() works: the other side needs no fence */
 	int entry_fence;	       /* hand-offs on without membarrier: entries fence */
 };
 
@@ -313,6 +315,7 @@ struct rt_worker *rt_worker_cur(void) PVRT_HIDDEN;
 extern __thread struct rt_m *rt_tls_m __attribute__((tls_model("initial-exec"))) PVRT_HIDDEN;
 struct rt_m *rt_m_cur(void) PVRT_HIDDEN; /* read again after a switch, like rt_worker_cur */
 void rt_m_lost(struct rt_m *m) PVRT_HIDDEN;
+bool rt_asym_fence(void) PVRT_HIDDEN; /* membarrier, or a fence where it is missing */
 
 /*
  * Runtime sections. Code that uses the calling worker's state (or a runtime lock) runs between

@@ -434,8 +434,10 @@ void pvrt_syscall_exit(void)
 
 /* ---------------------------------------------------------------- sysmon */
 
-/* False if the barrier failed: the M side then had none, and the hand-off must not go on. */
-static bool asym_fence(void)
+/* The heavy side of an asymmetric Dekker handshake (here, and the wait for every ULT to exit in
+ * ult.c): a full barrier on every running thread of the process, whose light side is then a
+ * compiler barrier. False if the barrier failed: the light side then had none. */
+bool rt_asym_fence(void)
 {
 	if (rt_state.asym_fence)
 		return syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) == 0;
@@ -471,7 +473,7 @@ static bool try_handoff(struct rt_worker *w, struct rt_m *m, uint64_t sw)
 {
 	__atomic_store_n(&m->lost, 1, __ATOMIC_SEQ_CST);
 	/* Acquire: pairs with the release of the M's last leave (its writes to the worker). */
-	if (!asym_fence() || __atomic_load_n(&m->inrt, __ATOMIC_ACQUIRE) ||
+	if (!rt_asym_fence() || __atomic_load_n(&m->inrt, __ATOMIC_ACQUIRE) ||
 	    __atomic_load_n(&w->st_switches, __ATOMIC_RELAXED) != sw || !blocked(m))
 		goto undo;
 	struct rt_m *s = get_spare();
@@ -606,10 +608,9 @@ void rt_sysmon_prepare(void)
 {
 	rt_state.asym_fence = 0;
 #if !defined(PVRT_TSAN)
-	/* TSan does not know that membarrier orders the entries: they fence instead there. */
-	if (rt_state.handoff)
-		rt_state.asym_fence =
-		    syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
+	/* TSan does not know that membarrier orders the light sides: they fence instead there. */
+	rt_state.asym_fence =
+	    syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
 #endif
 	rt_state.entry_fence = rt_state.handoff && !rt_state.asym_fence;
 }

@@ -307,29 +307,66 @@ __attribute__((noreturn)) static void ult_exit(struct pvrt_ult *self, void *ret)
 		rt_keys_run_destructors(&self->keys);
 	self->ret = ret;
 	__atomic_store_n(&self->state, ULT_DONE, __ATOMIC_RELAXED);
-	/* Seq_cst, then the waiters' count: see rt_wait_nlive_zero. Nobody waits but finalize,
-	 * so the last exit of a batch does not go through the futex table. */
-	if (__atomic_sub_fetch(&rt_state.nlive, 1, __ATOMIC_SEQ_CST) == 0 &&
-	    __atomic_load_n(&rt_state.nlive_waiters, __ATOMIC_SEQ_CST))
-		rt_futex_wake(&rt_state.nlive, INT_MAX);
 	struct rt_worker *w = rt_worker_cur();
+	/* Count the exit, then read the waiters' count: the light side of rt_wait_nlive_zero's
+	 * handshake (release: what the ULT did is visible to a waiter that counts the exit). */
+	__atomic_store_n(&w->nexited, __atomic_load_n(&w->nexited, __ATOMIC_RELAXED) + 1,
+			 __ATOMIC_RELEASE);
+	if (unlikely(!rt_state.asym_fence))
+		__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	else
+		__atomic_signal_fence(__ATOMIC_SEQ_CST);
+	if (unlikely(__atomic_load_n(&rt_state.nlive_waiters, __ATOMIC_RELAXED))) {
+		/* Release: a waiter that reads the new value counts this exit. */
+		__atomic_add_fetch(&rt_state.exit_seq, 1, __ATOMIC_RELEASE);
+		rt_futex_wake(&rt_state.exit_seq, INT_MAX);
+	}
 	struct pvrt_ult *next = pick_next(w);
 	/* The joiner learns of the exit in post_exit, once we are off the stack. */
 	switch_ctx(w, &self->ctx, next, post_exit, self, 1);
 	__builtin_unreachable();
 }
 
+/*
+ * ULTs alive = created (each worker's st_created, and foreign_ids for creates outside the
+ * workers) - exited (each worker's nexited). The counts belong to their workers, so a create and
+ * an exit write no shared line (a global count cost a third of a create+join). All counts only
+ * grow: summing the exits first, then the creates, gives E' <= E(t) and C(t) <= C' for the moment
+ * t in between, so E' == C' means none was alive at t; only the waiter (the primary) could create
+ * one after that.
+ *
+ * Waking is an asymmetric Dekker handshake: announce the wait (seq_cst), then membarrier
+ * (rt_asym_fence, once); an exit stores its count, then reads the announcement after a compiler
+ * barrier. An exit whose store the barrier did not drain reads the announcement after it, so
+ * every exit that a later sum misses bumps exit_seq after its store; the sum comes after reading
+ * exit_seq (acquire: a bump read means its exit is in the sum), so the futex wait then returns at
+ * once or is woken.
+ */
 void rt_wait_nlive_zero(void)
 {
-	/* Announce the wait, then read the count, both seq_cst; an exit lowers the count, then
-	 * reads the announcement (seq_cst): one sees the other, so either we read 0 or the exit
-	 * that makes it 0 wakes us (the futex re-checks the count under its bucket lock). */
 	__atomic_fetch_add(&rt_state.nlive_waiters, 1, __ATOMIC_SEQ_CST);
+	/* Should membarrier fail now (it worked at pvrt_init), look again every millisecond. */
+	bool sure = rt_asym_fence();
 	for (;;) {
-		uint32_t n = __atomic_load_n(&rt_state.nlive, __ATOMIC_SEQ_CST);
-		if (!n)
+		uint32_t seq = __atomic_load_n(&rt_state.exit_seq, __ATOMIC_ACQUIRE);
+		uint64_t exited = 0, created = 0;
+		for (unsigned i = 0; i < rt_state.nw; i++)
+			exited += __atomic_load_n(&rt_state.w[i]->nexited, __ATOMIC_ACQUIRE);
+		for (unsigned i = 0; i < rt_state.nw; i++)
+			created += __atomic_load_n(&rt_state.w[i]->st_created, __ATOMIC_ACQUIRE);
+		created += __atomic_load_n(&rt_state.foreign_ids, __ATOMIC_ACQUIRE);
+		if (created == exited)
 			break;
-		rt_futex_wait(&rt_state.nlive, n, CLOCK_MONOTONIC, NULL);
+		struct timespec t;
+		if (!sure) {
+			clock_gettime(CLOCK_MONOTONIC, &t);
+			t.tv_nsec += 1000000;
+			if (t.tv_nsec >= 1000000000) {
+				t.tv_sec++;
+				t.tv_nsec -= 1000000000;
+			}
+		}
+		rt_futex_wait(&rt_state.exit_seq, seq, CLOCK_MONOTONIC, sure ? NULL : &t);
 	}
 	__atomic_fetch_sub(&rt_state.nlive_waiters, 1, __ATOMIC_RELAXED);
 }
@@ -498,7 +535,7 @@ int pvrt_thread_create(pvrt_thread_t *out, const pvrt_thread_attr_t *attr, void 
 	if (likely(w))
 		u->id = (++w->nid << 12) | w->idx;
 	else
-		u->id =
+		u->id = /* also the count of rt_wait_nlive_zero */
 		    (__atomic_add_fetch(&rt_state.foreign_ids, 1, __ATOMIC_RELAXED) << 12) | 0xfff;
 	u->fn = fn;
 	u->arg = arg;
@@ -514,12 +551,10 @@ int pvrt_thread_create(pvrt_thread_t *out, const pvrt_thread_attr_t *attr, void 
 	 * floating-point state: a create does not touch the stack. */
 	u->ctx.sp = NULL;
 	u->fpstate = rt_ctx_fpstate();
-	/* Relaxed: finalize only needs the count to be exact once every creator is done. */
-	__atomic_add_fetch(&rt_state.nlive, 1, __ATOMIC_RELAXED);
 	if (out)
 		*out = u;
 	if (likely(w)) {
-		PVRT_STAT_INC(w, st_created);
+		PVRT_STAT_INC(w, st_created); /* also the count of rt_wait_nlive_zero */
 		/* A ULT created on a worker starts in that worker's queue (as Go's newproc puts it
 		 * in its P's): every policy's wake_target picks the caller's worker for a caller
 		 * that is a worker, so the call is skipped here; a bound one goes to its worker. */

@@ -7,6 +7,9 @@
 #include "arch/ctx.h"
 
 #include <fenv.h>
+#if defined(__x86_64__)
+#include <fpu_control.h>
+#endif
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +19,34 @@
 static void *main_sp, *co_sp;
 static volatile int counter;
 static char stack[64 * 1024] __attribute__((aligned(16)));
+
+#if defined(__x86_64__)
+/* The x87 control word alone (precision control), which fesetround does not tell apart: the
+ * switch reloads the control state only where it differs, and must see this difference too. */
+static fpu_control_t x87_cw(void)
+{
+	fpu_control_t cw;
+	_FPU_GETCW(cw);
+	return cw;
+}
+
+static void x87_set_precision(fpu_control_t pc)
+{
+	fpu_control_t cw = (x87_cw() & ~_FPU_EXTENDED) | pc;
+	_FPU_SETCW(cw);
+}
+#define X87_SET(pc) x87_set_precision(pc)
+#define X87_CHECK(pc, who)                                                                         \
+	do {                                                                                       \
+		if ((x87_cw() & _FPU_EXTENDED) != (pc))                                            \
+			FAIL("x87 precision control of %s lost\n", who);                           \
+	} while (0)
+#else
+#define X87_SET(pc)	   ((void)0)
+#define X87_CHECK(pc, who) ((void)0)
+#define _FPU_DOUBLE	   0
+#define _FPU_EXTENDED	   0
+#endif
 
 static void co(void *arg)
 {
@@ -32,10 +63,26 @@ static void co(void *arg)
 	}
 }
 
+/* MXCSR equal, the x87 control word not: the switch must still tell them apart. */
+static void *co2_sp;
+static char stack2[64 * 1024] __attribute__((aligned(16)));
+
+static void co2(void *arg)
+{
+	(void)arg;
+	X87_SET(_FPU_DOUBLE);
+	for (;;) {
+		counter++;
+		X87_CHECK(_FPU_DOUBLE, "the coroutine");
+		rt_ctx_switch(&co2_sp, main_sp);
+	}
+}
+
 int main(void)
 {
 	co_sp = rt_ctx_make(stack + sizeof(stack), co, (void *)0x5eed);
 	fesetround(FE_TONEAREST);
+	X87_SET(_FPU_EXTENDED);
 	register double keep =
 	    42.5; /* lives across the switch in a callee-saved register or stack */
 	for (int i = 0; i < 100000; i++) {
@@ -44,9 +91,18 @@ int main(void)
 			FAIL("counter %d at %d\n", counter, i);
 		if (fegetround() != FE_TONEAREST)
 			FAIL("rounding mode of main lost\n");
+		X87_CHECK(_FPU_EXTENDED, "main");
 	}
 	if (keep != 42.5)
 		FAIL("value lost\n");
+	co2_sp = rt_ctx_make(stack2 + sizeof(stack2), co2, NULL);
+	counter = 0;
+	for (int i = 0; i < 1000; i++) {
+		rt_ctx_switch(&main_sp, co2_sp);
+		if (counter != i + 1)
+			FAIL("counter %d at %d\n", counter, i);
+		X87_CHECK(_FPU_EXTENDED, "main");
+	}
 	printf("ok\n");
 	return 0;
 }

@@ -25,8 +25,8 @@ rt_ctx_switch: /* x0 = void **save, x1 = void *to */
 	stp	d10, d11, [sp, #112]
 	stp	d12, d13, [sp, #128]
 	stp	d14, d15, [sp, #144]
-	mrs	x9, fpcr
-	str	x9, [sp, #160]
+	mrs	x10, fpcr
+	str	x10, [sp, #160]
 	mov	x9, sp
 	str	x9, [x0]
 	mov	sp, x1
@@ -40,9 +40,13 @@ rt_ctx_switch: /* x0 = void **save, x1 = void *to */
 	ldp	d10, d11, [sp, #112]
 	ldp	d12, d13, [sp, #128]
 	ldp	d14, d15, [sp, #144]
+	/* Write FPCR only if it differs: the write may synchronise the pipeline, and contexts
+	 * nearly always share one value. */
 	ldr	x9, [sp, #160]
+	cmp	x9, x10
+	b.eq	1f
 	msr	fpcr, x9
-	add	sp, sp, #176
+1:	add	sp, sp, #176
 	ret
 	.cfi_endproc
 	.size	rt_ctx_switch, .-rt_ctx_switch

@@ -7,7 +7,8 @@
  *   +8  r15, r14, r13, r12, rbx, rbp
  *   +56 return address
  * rbx, rbp, r12-r15, the x87 control word and MXCSR's control bits are callee-saved in the SysV
- * ABI, so they are all a cooperative switch must keep; everything else is dead across the call.
+ * ABI, so they are all a cooperative switch must keep; everything else (rax, rdx here) is dead
+ * across the call.
  */
 	.text
 	.globl	rt_ctx_switch
@@ -25,11 +26,20 @@ rt_ctx_switch: /* rdi = void **save, rsi = void *to */
 	subq	$8, %rsp
 	stmxcsr	(%rsp)
 	fnstcw	4(%rsp)
+	movq	(%rsp), %rax
 	movq	%rsp, (%rdi)
 	movq	%rsi, %rsp
-	ldmxcsr	(%rsp)
-	fldcw	4(%rsp)
-	addq	$8, %rsp
+	/*
+	 * Reload the control state only if it differs: ldmxcsr and fldcw are slow, and contexts
+	 * nearly always share one state. Compared: MXCSR's control bits (6-15) and the x87
+	 * control word; not MXCSR's sticky status flags (bits 0-5, not preserved across calls)
+	 * nor the two bytes above the control word (never written).
+	 */
+	xorq	(%rsp), %rax
+	movabsq	$0x0000ffffffffffc0, %rdx
+	testq	%rdx, %rax
+	jnz	2f
+1:	addq	$8, %rsp
 	popq	%r15
 	popq	%r14
 	popq	%r13
@@ -37,6 +47,9 @@ rt_ctx_switch: /* rdi = void **save, rsi = void *to */
 	popq	%rbx
 	popq	%rbp
 	ret
+2:	ldmxcsr	(%rsp)
+	fldcw	4(%rsp)
+	jmp	1b
 	.cfi_endproc
 	.size	rt_ctx_switch, .-rt_ctx_switch
 

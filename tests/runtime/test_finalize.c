@@ -16,7 +16,7 @@
 #include <stdint.h>
 
 #define ROOTS 40
-#define DEPTH 4			     /* a root makes a binary tree of 2^(DEPTH+1) - 1 ULTs */
+#define DEPTH 4 /* a root makes a binary tree of 2^(DEPTH+1) - 1 ULTs */
 #define TREE  ((2 << DEPTH) - 1)
 
 static unsigned done;

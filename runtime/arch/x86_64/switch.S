@@ -26,18 +26,19 @@ rt_ctx_switch: /* rdi = void **save, rsi = void *to */
 	subq	$8, %rsp
 	stmxcsr	(%rsp)
 	fnstcw	4(%rsp)
-	movq	(%rsp), %rax
+	movl	(%rsp), %eax	/* the sizes of the stores above: forwarded, no stall */
+	movzwl	4(%rsp), %edx
 	movq	%rsp, (%rdi)
 	movq	%rsi, %rsp
 	/*
-	 * Reload the control state only if it differs: ldmxcsr and fldcw are slow, and contexts
-	 * nearly always share one state. Compared: MXCSR's control bits (6-15) and the x87
-	 * control word; not MXCSR's sticky status flags (bits 0-5, not preserved across calls)
-	 * nor the two bytes above the control word (never written).
+	 * Reload the control state only if it differs: contexts nearly always share one state.
+	 * Compared: MXCSR's control bits (6-15) and the x87 control word; not MXCSR's sticky
+	 * status flags (bits 0-5, not preserved across calls).
 	 */
-	xorq	(%rsp), %rax
-	movabsq	$0x0000ffffffffffc0, %rdx
-	testq	%rdx, %rax
+	xorl	(%rsp), %eax
+	xorw	4(%rsp), %dx
+	andl	$0xffc0, %eax
+	orl	%edx, %eax
 	jnz	2f
 1:	addq	$8, %rsp
 	popq	%r15

@@ -332,8 +332,8 @@ __attribute__((noreturn)) static void ult_exit(struct pvrt_ult *self, void *ret)
  * workers) - exited (each worker's nexited). The counts belong to their workers, so a create and
  * an exit write no shared line (a global count cost a third of a create+join). All counts only
  * grow: summing the exits first, then the creates, gives E' <= E(t) and C(t) <= C' for the moment
- * t in between, so E' == C' means none was alive at t; only the waiter (the primary) could create
- * one after that.
+ * t in between, so E' == C' means none was alive at t. After t only a thread that is not a ULT
+ * could create one, racing the finalize it cannot be ordered with (as before these counts).
  *
  * Waking is an asymmetric Dekker handshake: announce the wait (seq_cst), then membarrier
  * (rt_asym_fence, once); an exit stores its count, then reads the announcement after a compiler

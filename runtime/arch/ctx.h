@@ -28,9 +28,9 @@ void rt_ctx_switch(void **save, void *to);
 void *rt_ctx_make(void *top, void (*entry)(void *), void *arg);
 
 /*
- * The caller's floating-point control state (x86-64: MXCSR, x87 control word << 32; AArch64:
- * FPCR), and rt_ctx_make with a state taken earlier: ult.c takes it when a ULT is created (it
- * inherits its creator's) and builds the frame on the stack when the ULT first runs.
+ * The caller's floating-point environment (x86-64: MXCSR, x87 control word << 32; AArch64:
+ * FPCR, FPSR << 32), and rt_ctx_make with a state taken earlier: ult.c takes it when a ULT is
+ * created (it inherits its creator's) and builds the frame on the stack when the ULT first runs.
  */
 static inline uint64_t rt_ctx_fpstate(void)
 {
@@ -41,9 +41,10 @@ static inline uint64_t rt_ctx_fpstate(void)
 	__asm__ volatile("fnstcw %0" : "=m"(fpcw));
 	return mxcsr | ((uint64_t)fpcw << 32);
 #elif defined(__aarch64__)
-	uint64_t fpcr;
+	uint64_t fpcr, fpsr;
 	__asm__ volatile("mrs %0, fpcr" : "=r"(fpcr));
-	return fpcr;
+	__asm__ volatile("mrs %0, fpsr" : "=r"(fpsr));
+	return (uint32_t)fpcr | fpsr << 32; /* both 32-bit registers in practice */
 #else
 #error "no context switch for this architecture"
 #endif

@@ -9,6 +9,7 @@
 #include <fenv.h>
 #if defined(__x86_64__)
 #include <fpu_control.h>
+#include <xmmintrin.h>
 #endif
 #include <stdint.h>
 #include <stdio.h>
@@ -78,6 +79,89 @@ static void co2(void *arg)
 	}
 }
 
+#if defined(__x86_64__)
+/*
+ * MXCSR alone, one difference at a time (the switch skips the reload when the words are equal,
+ * so a bit left out of its compare would leak from one context to the other): co3 differs only
+ * in the sticky exception flags (C: the floating-point environment is per thread), co4 only in
+ * DAZ (bit 6, the lowest control bit), both sides clearing their flags before each switch.
+ */
+#define MXCSR_FLAGS 0x3fu
+#define MXCSR_PE    0x20u /* precision (inexact) flag */
+#define MXCSR_DAZ   0x40u
+static void *co3_sp, *co4_sp;
+static char stack3[64 * 1024] __attribute__((aligned(16)));
+static char stack4[64 * 1024] __attribute__((aligned(16)));
+
+static void co3(void *arg)
+{
+	(void)arg;
+	_mm_setcsr(_mm_getcsr() & ~MXCSR_FLAGS);
+	for (;;) {
+		counter++;
+		if (_mm_getcsr() & MXCSR_FLAGS)
+			FAIL("MXCSR flags of main leaked into the coroutine\n");
+		rt_ctx_switch(&co3_sp, main_sp);
+	}
+}
+
+static void co4(void *arg)
+{
+	(void)arg;
+	_mm_setcsr((_mm_getcsr() | MXCSR_DAZ) & ~MXCSR_FLAGS);
+	for (;;) {
+		counter++;
+		if (!(_mm_getcsr() & MXCSR_DAZ))
+			FAIL("MXCSR DAZ of the coroutine lost\n");
+		_mm_setcsr(_mm_getcsr() & ~MXCSR_FLAGS);
+		rt_ctx_switch(&co4_sp, main_sp);
+	}
+}
+
+static void mxcsr_alone(void)
+{
+	co3_sp = rt_ctx_make(stack3 + sizeof(stack3), co3, NULL);
+	co4_sp = rt_ctx_make(stack4 + sizeof(stack4), co4, NULL);
+	for (int i = 0; i < 1000; i++) {
+		_mm_setcsr(_mm_getcsr() | MXCSR_PE); /* raised here, clear in co3 */
+		rt_ctx_switch(&main_sp, co3_sp);
+		if (!(_mm_getcsr() & MXCSR_PE))
+			FAIL("MXCSR flags of main lost\n");
+		_mm_setcsr(_mm_getcsr() & ~(MXCSR_FLAGS | MXCSR_DAZ));
+		rt_ctx_switch(&main_sp, co4_sp);
+		if (_mm_getcsr() & MXCSR_DAZ)
+			FAIL("MXCSR DAZ of the coroutine leaked into main\n");
+	}
+}
+#else
+/* AArch64: FPSR's cumulative flags alone (FPCR equal), through <fenv.h>. */
+static void *co3_sp;
+static char stack3[64 * 1024] __attribute__((aligned(16)));
+
+static void co3(void *arg)
+{
+	(void)arg;
+	feclearexcept(FE_ALL_EXCEPT);
+	for (;;) {
+		counter++;
+		if (fetestexcept(FE_ALL_EXCEPT))
+			FAIL("exception flags of main leaked into the coroutine\n");
+		rt_ctx_switch(&co3_sp, main_sp);
+	}
+}
+
+static void mxcsr_alone(void)
+{
+	co3_sp = rt_ctx_make(stack3 + sizeof(stack3), co3, NULL);
+	for (int i = 0; i < 1000; i++) {
+		feraiseexcept(FE_INEXACT);
+		rt_ctx_switch(&main_sp, co3_sp);
+		if (!fetestexcept(FE_INEXACT))
+			FAIL("exception flags of main lost\n");
+	}
+}
+#endif
+
 int main(void)
 {
 	co_sp = rt_ctx_make(stack + sizeof(stack), co, (void *)0x5eed);
@@ -103,6 +187,7 @@ int main(void)
 			FAIL("counter %d at %d\n", counter, i);
 		X87_CHECK(_FPU_EXTENDED, "main");
 	}
+	mxcsr_alone();
 	printf("ok\n");
 	return 0;
 }

@@ -15,7 +15,8 @@ void *rt_ctx_make_fp(void *top, void (*entry)(void *), void *arg, uint64_t fp)
 	sp[1] = (uint64_t)arg;		      /* x20 */
 	sp[10] = 0;			      /* x29: ends frame-pointer chains */
 	sp[11] = (uint64_t)rt_ctx_trampoline; /* x30: where the switch "returns" */
-	sp[20] = fp;			      /* FPCR */
+	sp[20] = (uint32_t)fp;		      /* FPCR */
+	sp[21] = fp >> 32;		      /* FPSR */
 	return sp;
 }
 

@@ -4,8 +4,10 @@
  *
  * Frame on the suspended stack, 176 bytes from the saved stack pointer:
  *   +0   x19..x28   +80  x29 (fp), x30 (lr: where the context resumes)
- *   +96  d8..d15    +160 FPCR
- * x19-x29, sp, the low 64 bits of v8-v15 and FPCR are preserved across calls in AAPCS64.
+ *   +96  d8..d15    +160 FPCR   +168 FPSR
+ * x19-x29, sp, the low 64 bits of v8-v15 and FPCR are preserved across calls in AAPCS64; FPSR
+ * (the cumulative exception flags) is kept per context too, as C gives the floating-point
+ * environment thread storage duration.
  */
 	.text
 	.globl	rt_ctx_switch
@@ -26,7 +28,8 @@ rt_ctx_switch: /* x0 = void **save, x1 = void *to */
 	stp	d12, d13, [sp, #128]
 	stp	d14, d15, [sp, #144]
 	mrs	x10, fpcr
-	str	x10, [sp, #160]
+	mrs	x11, fpsr
+	stp	x10, x11, [sp, #160]
 	mov	x9, sp
 	str	x9, [x0]
 	mov	sp, x1
@@ -40,13 +43,16 @@ rt_ctx_switch: /* x0 = void **save, x1 = void *to */
 	ldp	d10, d11, [sp, #112]
 	ldp	d12, d13, [sp, #128]
 	ldp	d14, d15, [sp, #144]
-	/* Write FPCR only if it differs: the write may synchronise the pipeline, and contexts
-	 * nearly always share one value. */
-	ldr	x9, [sp, #160]
+	/* Write FPCR and FPSR only if they differ: the writes may synchronise the pipeline, and
+	 * contexts nearly always share one state. */
+	ldp	x9, x12, [sp, #160]
 	cmp	x9, x10
 	b.eq	1f
 	msr	fpcr, x9
-1:	add	sp, sp, #176
+1:	cmp	x12, x11
+	b.eq	2f
+	msr	fpsr, x12
+2:	add	sp, sp, #176
 	ret
 	.cfi_endproc
 	.size	rt_ctx_switch, .-rt_ctx_switch

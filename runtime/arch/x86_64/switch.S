@@ -31,13 +31,14 @@ rt_ctx_switch: /* rdi = void **save, rsi = void *to */
 	movq	%rsp, (%rdi)
 	movq	%rsi, %rsp
 	/*
-	 * Reload the control state only if it differs: contexts nearly always share one state.
-	 * Compared: MXCSR's control bits (6-15) and the x87 control word; not MXCSR's sticky
-	 * status flags (bits 0-5, not preserved across calls).
+	 * Reload MXCSR and the x87 control word only if either differs: contexts nearly always
+	 * share one state. The whole MXCSR, its sticky exception flags (bits 0-5) too: C gives the
+	 * floating-point environment thread storage duration, so a ULT's fetestexcept must not see
+	 * flags another ULT raised or cleared meanwhile (the usual case, inexact raised everywhere,
+	 * still compares equal).
 	 */
 	xorl	(%rsp), %eax
 	xorw	4(%rsp), %dx
-	andl	$0xffc0, %eax
 	orl	%edx, %eax
 	jnz	2f
 1:	addq	$8, %rsp

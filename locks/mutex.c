@@ -174,7 +174,7 @@ static bool spin_futile(struct spin_ctx *c, uint32_t w)
 {
 	if (w & HANDOFF)
 		return true;
-	if (lk_vcpu1_preempted(c->h, __atomic_load_n(&c->m->owner_vcpu, __ATOMIC_RELAXED))) {
+	if (lk_holder_preempted(c->h, __atomic_load_n(&c->m->owner_vcpu, __ATOMIC_RELAXED))) {
 		/* The owner cannot release before its vCPU runs again: park now. */
 		c->cut = true;
 		return true;
@@ -517,7 +517,7 @@ static void await_grant(lk_mutex_t *m, uint32_t t, struct pvrt_ult *u)
 	/* Relaxed: polling; the caller re-reads 'handoff' with acquire before acting. */
 	while (__atomic_load_n(&m->handoff, __ATOMIC_RELAXED) == t &&
 	       (__atomic_load_n(&m->word, __ATOMIC_RELAXED) & LOCKED) &&
-	       !lk_vcpu1_preempted(h, __atomic_load_n(&m->owner_vcpu, __ATOMIC_RELAXED)) &&
+	       !lk_holder_preempted(h, __atomic_load_n(&m->owner_vcpu, __ATOMIC_RELAXED)) &&
 	       lk_spin_more(&sp))
 		;
 }

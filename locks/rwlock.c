@@ -66,7 +66,7 @@ static inline bool reader_may_enter(lk_rwlock_t *rw, uint32_t s)
 static inline bool spin_worth(lk_rwlock_t *rw, uint32_t s, pvhint_t *h, bool *cut)
 {
 	if ((s & WRITER) &&
-	    lk_vcpu1_preempted(h, __atomic_load_n(&rw->writer_vcpu, __ATOMIC_RELAXED))) {
+	    lk_holder_preempted(h, __atomic_load_n(&rw->writer_vcpu, __ATOMIC_RELAXED))) {
 		*cut = true;
 		return false;
 	}

@@ -67,7 +67,7 @@ static void spin_slow(pvrt_spinlock_t *s)
 					return;
 				continue;
 			}
-			if (lk_vcpu1_preempted(h, w & ~PARKED)) {
+			if (lk_holder_preempted(h, w & ~PARKED)) {
 				lk_stat(C, LK_SPIN_CUT);
 				/* Run the holder's vCPU in ours (once per call), then spin
 				 * again: it runs now. A second cut parks. */

@@ -5,6 +5,7 @@
  */
 #define _GNU_SOURCE
 #include "internal.h"
+#include "bpf/pvhint_bpf.h"
 #include "pvrt_os.h"
 
 #include <errno.h>
@@ -333,6 +334,17 @@ const char *pvhint_source_name(const pvhint_t *h)
 	default:
 		return "none";
 	}
+}
+
+int pvhint_waits_on_cpu(const pvhint_t *h, unsigned v)
+{
+	if (!h || !(h->valid & PVHINT_VALID_SLEEPING) || v >= h->nr)
+		return -1;
+	/* The program's slot state, in the record's padding (pvhint_bpf.h); relaxed: a hint. */
+	const struct pvhint_bpf_slot *p =
+	    (const void *)((const char *)&h->rec[v] + PVHINT_BPF_PRIV_OFF);
+	uint32_t c1 = __atomic_load_n(&p->cpu1, __ATOMIC_RELAXED);
+	return c1 && pvhint_vcpu_preempted(h, v) ? (int)c1 - 1 : -1;
 }
 
 bool pvhint_can_yield(const pvhint_t *h)

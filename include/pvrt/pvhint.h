@@ -110,6 +110,14 @@ static inline bool pvhint_pcpu_idle(const pvhint_t *h, unsigned v)
  * Context: any. */
 PVRT_API uint64_t pvhint_steal(const pvhint_t *h, unsigned v);
 
+/*
+ * Thread-slot handles (bpf): the CPU whose run queue slot v's thread waits on while it is
+ * preempted (switched out runnable, not run since), or -1 (running, asleep, unknown, or a handle
+ * whose records are vCPUs). A waiter on that same CPU takes the CPU its lock holder waits for.
+ * Context: any.
+ */
+PVRT_API int pvhint_waits_on_cpu(const pvhint_t *h, unsigned v);
+
 /* ---- directed yield ---- */
 
 /*

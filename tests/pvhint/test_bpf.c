@@ -262,6 +262,7 @@ static void oversubscribed(void)
 		CHECK(b[i].slot > 0 && (unsigned)b[i].slot < h->nr);
 
 	uint64_t windows = 0, flagged = 0, samples = 0, stat_r = 0, stat_n = 0, episodes = 0;
+	uint64_t waits_cpu0 = 0, waits_elsewhere = 0; /* pvhint_waits_on_cpu of flagged ones */
 	int last_slot = -1;
 	uint32_t last_v = 0;
 	struct pvhint_bpf_stats s0, s1;
@@ -287,6 +288,10 @@ static void oversubscribed(void)
 				continue;
 			/* Flag set throughout and no switch-in: the thread ran no user code. */
 			windows++;
+			/* Pinned to CPU 0, it can only wait there (or run again: -1). */
+			int wc = pvhint_waits_on_cpu(h, (unsigned)b[i].slot);
+			waits_cpu0 += wc == 0;
+			waits_elsewhere += wc > 0;
 			if (c1 != c2) {
 				/* It ran: a switch-in the program did not see (counted by it at the
 				 * next switch-out). One episode per (slot, version). */
@@ -317,6 +322,8 @@ static void oversubscribed(void)
 	       (unsigned long long)stat_n, (unsigned long long)sw, (unsigned long long)missed,
 	       (unsigned long long)episodes, (unsigned long long)self_bad);
 	CHECK(flagged > 0 && windows > 0);
+	CHECK(waits_cpu0 > 0 && waits_elsewhere == 0);
+	CHECK(pvhint_waits_on_cpu(h, h->nr) == -1 && pvhint_waits_on_cpu(NULL, 1) == -1);
 	CHECK_EQ(stat_r, stat_n); /* preempted threads are runnable, not asleep */
 	/* A thread shown preempted ran, or a running thread read itself preempted, only where the
 	 * kernel did not give the program that thread's switch-in; the record repairs itself at

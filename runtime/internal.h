@@ -212,6 +212,7 @@ struct rt_worker {
 	uint64_t preempt_seq; /* sysmon's request: st_switches + 1 when sent, 0 none */
 	uint64_t sm_switches; /* sysmon's last sample of st_switches */
 	uint64_t sm_since;    /* when that sample first took this value */
+	uint64_t sm_kick;     /* sysmon's next preemption kick for this sample (0: at a slice) */
 	uint64_t st_preempts, st_handoffs, st_lends, st_rescues;
 } PVRT_ALIGNED;
 

@@ -543,6 +543,7 @@ static void *sysmon_main(void *arg)
 				busy |= !__atomic_load_n(&w->park_word, __ATOMIC_RELAXED);
 				w->sm_switches = sw;
 				w->sm_since = now;
+				w->sm_kick = 0;
 				continue;
 			}
 			busy = true;
@@ -554,15 +555,23 @@ static void *sysmon_main(void *arg)
 			    /* Relaxed: take() moves it (thread slots); a stale one costs a tick. */
 			    !pvhint_vcpu_preempted(rt_state.hint,
 						   __atomic_load_n(&w->vcpu, __ATOMIC_RELAXED)) &&
-			    try_handoff(w, m, sw)) {
+			    /* Cheap first (a read of its stat line): a ULT that runs long in
+			     * code that cannot be preempted would cost a membarrier a tick. */
+			    blocked(m) && try_handoff(w, m, sw)) {
 				acted = true;
 				continue;
 			}
-			/* Preempt after a slice; retry every quarter slice while it lasts. */
-			if (rt_state.slice && stuck >= rt_state.slice) {
+			/* Preempt after a slice; retry every quarter slice while it lasts. The
+			 * retries leave 'stuck' growing: a ULT blocked in a system call is
+			 * preempted only if a kick lands while it runs code that may be interrupted
+			 * (its own executable's, outside M:N mode), so a worker stuck in the kernel
+			 * must still reach the hand-off above (the retries used to restart the
+			 * count: test_rt_preempt's futexlock waited seconds for a kick to land
+			 * between two futex calls). */
+			if (rt_state.slice && stuck >= rt_state.slice && now >= w->sm_kick) {
 				__atomic_store_n(&w->preempt_seq, sw + 1, __ATOMIC_RELAXED);
 				rt_preempt_kick(w, m);
-				w->sm_since = now - rt_state.slice + rt_state.slice / 4;
+				w->sm_kick = now + rt_state.slice / 4;
 				acted = true;
 			}
 		}

@@ -122,7 +122,10 @@ static inline bool lk_holder_preempted(pvhint_t *h, uint32_t v1)
 	if (!(h->valid & PVHINT_VALID_SLEEPING))
 		return true;
 	int c = pvhint_waits_on_cpu(h, v1 - 1);
-	return c < 0 || c == pvhint_cpu_now();
+	if (c >= 0)
+		return c == pvhint_cpu_now();
+	/* Where is unknown: stop, as for a vCPU; unless it was switched in meanwhile. */
+	return lk_vcpu1_preempted(h, v1);
 }
 
 /* The caller's vCPU (the record that describes it) + 1, for owner records. u: the caller's ULT

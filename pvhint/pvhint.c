@@ -338,7 +338,10 @@ const char *pvhint_source_name(const pvhint_t *h)
 
 int pvhint_waits_on_cpu(const pvhint_t *h, unsigned v)
 {
-	if (!h || !(h->valid & PVHINT_VALID_SLEEPING) || v >= h->nr)
+	/* The bpf source's own page only: another page with the same header (a file mapped
+	 * by the kvm source) has no program state in its padding. */
+	if (!h || !h->impl || h->impl->source != PVHINT_SOURCE_BPF ||
+	    !(h->valid & PVHINT_VALID_SLEEPING) || v >= h->nr)
 		return -1;
 	/* The program's slot state, in the record's padding (pvhint_bpf.h); relaxed: a hint. */
 	const struct pvhint_bpf_slot *p =

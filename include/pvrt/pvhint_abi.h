@@ -170,7 +170,8 @@ struct pvhint_record {
 	pvhint_u8 sleeping; /* thread-slot pages only (see above); 0 otherwise */
 	pvhint_u8 pad8;
 	pvhint_u32 owner;   /* thread-slot pages only: the slot's tid, 0 free */
-	pvhint_u32 pad[10]; /* readers ignore it (the bpf source keeps its per-slot state here) */
+	pvhint_u32 pad[10]; /* readers ignore it (the bpf source keeps its per-slot state here,
+			     * which only libpvhint reads: pvhint_waits_on_cpu) */
 };
 
 #ifndef __KERNEL__

@@ -357,15 +357,9 @@ void rt_wait_nlive_zero(void)
 		created += __atomic_load_n(&rt_state.foreign_ids, __ATOMIC_ACQUIRE);
 		if (created == exited)
 			break;
-		struct timespec t;
-		if (!sure) {
-			clock_gettime(CLOCK_MONOTONIC, &t);
-			t.tv_nsec += 1000000;
-			if (t.tv_nsec >= 1000000000) {
-				t.tv_sec++;
-				t.tv_nsec -= 1000000000;
-			}
-		}
+		uint64_t dl = os_now_ns() + 1000000;
+		struct timespec t = {.tv_sec = (time_t)(dl / 1000000000),
+				     .tv_nsec = (long)(dl % 1000000000)};
 		rt_futex_wait(&rt_state.exit_seq, seq, CLOCK_MONOTONIC, sure ? NULL : &t);
 	}
 	__atomic_fetch_sub(&rt_state.nlive_waiters, 1, __ATOMIC_RELAXED);

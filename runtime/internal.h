@@ -329,7 +329,12 @@ bool rt_asym_fence(void) PVRT_HIDDEN; /* membarrier, or a fence where it is miss
  * The M side is a plain store and load: sysmon's side has the fence (membarrier), else a fence
  * here (only while hand-offs are on).
  */
-/* Raise m's depth; true if m lost its worker meanwhile (the caller then calls rt_m_lost). */
+/*
+ * Raise m's depth; true if m lost its worker meanwhile and this is the outermost entry (the
+ * caller then calls rt_m_lost). sysmon takes a worker only from an M at depth 0, so a nested
+ * entry that sees the loss runs inside the outer one's way to rt_m_lost (a preemption signal
+ * landing in libc's sched_yield under its wait for sysmon): only the outer one takes it.
+ */
 static inline bool rt_depth_up(struct rt_m *m, uint32_t *depth)
 {
 	uint32_t d = __atomic_load_n(&m->inrt, __ATOMIC_RELAXED);
@@ -339,7 +344,7 @@ static inline bool rt_depth_up(struct rt_m *m, uint32_t *depth)
 	else
 		__atomic_signal_fence(__ATOMIC_SEQ_CST);
 	*depth = d;
-	return unlikely(__atomic_load_n(&m->lost, __ATOMIC_ACQUIRE));
+	return unlikely(__atomic_load_n(&m->lost, __ATOMIC_ACQUIRE)) && d == 0;
 }
 
 static inline int rt_enter(void)

@@ -184,7 +184,10 @@ static void preempt_handler(int sig, siginfo_t *si, void *ucv)
 		 * lock stays held, and the next dlopen waits forever). sysmon kicks again. */
 		/* Likewise inside the hint source's locks (the emulator's emu_glock, held across a
 		 * fork's handlers, and its stop-deferral count are the kernel thread's): moved, the
-		 * ULT would unlock on another thread and leave this one's count raised for ever. */
+		 * ULT would unlock on another thread and leave this one's count raised for ever.
+		 * And inside the emulator's stop handler, where kicks sent while the emulator held
+		 * this thread land: moved, the handler would go on waiting for and acknowledging
+		 * this thread's stops from another thread. */
 		/* And inside a no-preemption section of the locks (wait.h). */
 		if (rt_tls_nopreempt || pvhint_thread_in_lock() ||
 		    (rt_state.ult_tls && rt_tls_ldso_locked(m->tid))) {
@@ -199,10 +202,18 @@ static void preempt_handler(int sig, siginfo_t *si, void *ucv)
 		 * moved, it shares that cache with the thread's next ULT and corrupts the heap). It
 		 * runs on its own thread meanwhile, as a plain thread would; sysmon kicks again.
 		 * (M:N mode, where ULTs own their TLS and nothing of theirs is tied to the thread,
-		 * moves it at once, as it always did.) */
+		 * moves it at once, unless it is in the runtime's own code: there it may be inside
+		 * rt_m_lost already, between its load of the loss and its store, or in an entry
+		 * between reading its M and raising that M's depth; moved now, it would resume
+		 * there on another thread with the old M in hand and switch to that M's home
+		 * context a second time, long after it went on (a crash in the switch, or a
+		 * worker left naming as its owner a thread that waits as a spare). The runtime's
+		 * own code enters soon (its spins are bounded) and notices the loss itself; where
+		 * it calls out (libc) it is inside a section, whose entry takes the loss.) */
 		bool anywhere = __atomic_load_n(&rt_state.preempt_anywhere, __ATOMIC_RELAXED);
-		bool safe = pc_ok(uc_pc(uc)) && (anywhere || mask_ok(uc, rt_tls_worker));
-		if (!anywhere && !safe) {
+		bool pcok = pc_ok(uc_pc(uc));
+		bool safe = pcok && (anywhere || mask_ok(uc, rt_tls_worker));
+		if (anywhere ? !pcok : !safe) {
 			__atomic_fetch_sub(&inflight, 1, __ATOMIC_RELEASE);
 			errno = saved_errno;
 			return;

@@ -366,8 +366,10 @@ void rt_m_lost(struct rt_m *m)
 		os_yield();
 	if (l == 0)
 		return;
-	/* Acquire above: lost_ult and home are sysmon's writes. Cleared first: a kick landing
-	 * from here on must not start this again. */
+	/* Acquire above: lost_ult and home are sysmon's writes. Never nested, so nothing runs
+	 * this again between the load above and the store below: a kick's handler does not enter
+	 * the runtime from the runtime's own code (preempt.c), and one that lands in os_yield
+	 * enters at depth > 0, where rt_depth_up leaves the loss to us. */
 	struct pvrt_ult *self = m->lost_ult;
 	__atomic_store_n(&m->lost, 0, __ATOMIC_RELAXED);
 	rt_tls_worker = NULL;
@@ -539,7 +541,8 @@ static void *sysmon_main(void *arg)
 			uint64_t sw = __atomic_load_n(&w->st_switches, __ATOMIC_RELAXED);
 			struct rt_m *m = __atomic_load_n(&w->owner, __ATOMIC_ACQUIRE);
 			if (__atomic_load_n(&w->park_word, __ATOMIC_RELAXED) || !m ||
-			    !__atomic_load_n(&w->cur, __ATOMIC_RELAXED) || sw != w->sm_switches) {
+			    !__atomic_load_n(&w->cur, __ATOMIC_RELAXED) || sw != w->sm_switches ||
+			    !w->sm_since) { /* 0: never sampled (the primary runs from the start) */
 				busy |= !__atomic_load_n(&w->park_word, __ATOMIC_RELAXED);
 				w->sm_switches = sw;
 				w->sm_since = now;

@@ -108,12 +108,9 @@ unsigned pvhint_thread_tls_words(struct pvhint_tls_word *out, unsigned max)
 
 uint32_t emu_glock;
 
-/* Set by the stop handler while it runs (emu_stop.c): not a lock, but as much this thread's. */
-__thread int emu_in_stop EMU_IE;
-
 int pvhint_thread_in_lock(void)
 {
-	return emu_in_lock != 0 || emu_in_stop != 0;
+	return emu_in_lock != 0;
 }
 
 static pthread_once_t key_once = PTHREAD_ONCE_INIT;

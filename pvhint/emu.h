@@ -125,7 +125,6 @@ struct pvhint_emu {
 #define EMU_IE __attribute__((tls_model("initial-exec")))
 extern __thread struct emu_thr *emu_self EMU_IE; /* this thread's record (attached) */
 extern __thread int emu_in_lock EMU_IE;		 /* holds emu_glock or an emulator lock */
-extern __thread int emu_in_stop EMU_IE;		 /* inside the stop handler (emu_stop.c) */
 /* Protects attach/detach against close (t->emu) and the stop signal's installation. */
 extern uint32_t emu_glock;
 

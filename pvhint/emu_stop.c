@@ -69,12 +69,6 @@ static void stop_handler(int sig, siginfo_t *si, void *ucv)
 	struct emu_thr *t = emu_self;
 	__atomic_signal_fence(__ATOMIC_SEQ_CST);
 	if (t) {
-		/* pvhint_thread_in_lock() while we are here: a runtime's own signal handler that
-		 * lands during the stop (pvrt's preemption kick, sent while we wait) must not move
-		 * the code running on this thread elsewhere: this frame and 't' are this thread's.
-		 */
-		emu_in_stop = 1;
-		__atomic_signal_fence(__ATOMIC_SEQ_CST);
 		uint32_t entry = __atomic_load_n(&t->state, __ATOMIC_RELAXED);
 		/* A late signal (after an ack timeout) may land in a parked thread: keep PARKED. */
 		uint32_t after = entry == THR_PARKED ? THR_PARKED : THR_RUN;
@@ -110,8 +104,6 @@ static void stop_handler(int sig, siginfo_t *si, void *ucv)
 		if (__atomic_compare_exchange_n(&t->state, &req, after, false, __ATOMIC_SEQ_CST,
 						__ATOMIC_RELAXED))
 			emu_futex_wake(&t->state);
-		__atomic_signal_fence(__ATOMIC_SEQ_CST);
-		emu_in_stop = 0;
 	}
 	/* release: close() restores the old action only after seeing every handler finish. */
 	__atomic_fetch_sub(&inflight, 1, __ATOMIC_RELEASE);

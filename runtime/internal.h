@@ -333,7 +333,7 @@ bool rt_asym_fence(void) PVRT_HIDDEN; /* membarrier, or a fence where it is miss
  * Raise m's depth; true if m lost its worker meanwhile and this is the outermost entry (the
  * caller then calls rt_m_lost). sysmon takes a worker only from an M at depth 0, so a nested
  * entry that sees the loss runs inside the outer one's way to rt_m_lost (a preemption signal
- * landing in libc's sched_yield under its wait for sysmon): only the outer one takes it.
+ * landing in the sched_yield system call of its wait for sysmon): only the outer one takes it.
  */
 static inline bool rt_depth_up(struct rt_m *m, uint32_t *depth)
 {

@@ -184,10 +184,7 @@ static void preempt_handler(int sig, siginfo_t *si, void *ucv)
 		 * lock stays held, and the next dlopen waits forever). sysmon kicks again. */
 		/* Likewise inside the hint source's locks (the emulator's emu_glock, held across a
 		 * fork's handlers, and its stop-deferral count are the kernel thread's): moved, the
-		 * ULT would unlock on another thread and leave this one's count raised for ever.
-		 * And inside the emulator's stop handler, where kicks sent while the emulator held
-		 * this thread land: moved, the handler would go on waiting for and acknowledging
-		 * this thread's stops from another thread. */
+		 * ULT would unlock on another thread and leave this one's count raised for ever. */
 		/* And inside a no-preemption section of the locks (wait.h). */
 		if (rt_tls_nopreempt || pvhint_thread_in_lock() ||
 		    (rt_state.ult_tls && rt_tls_ldso_locked(m->tid))) {
@@ -207,9 +204,10 @@ static void preempt_handler(int sig, siginfo_t *si, void *ucv)
 		 * between reading its M and raising that M's depth; moved now, it would resume
 		 * there on another thread with the old M in hand and switch to that M's home
 		 * context a second time, long after it went on (a crash in the switch, or a
-		 * worker left naming as its owner a thread that waits as a spare). The runtime's
-		 * own code enters soon (its spins are bounded) and notices the loss itself; where
-		 * it calls out (libc) it is inside a section, whose entry takes the loss.) */
+		 * worker left naming as its owner a thread that waits as a spare). Kicks sent
+		 * while the emulator holds a thread there arrive as its stop handler returns, at
+		 * that pc (the stop handler blocks every signal). The runtime's own code enters
+		 * soon (its spins are bounded) and notices the loss itself.) */
 		bool anywhere = __atomic_load_n(&rt_state.preempt_anywhere, __ATOMIC_RELAXED);
 		bool pcok = pc_ok(uc_pc(uc));
 		bool safe = pcok && (anywhere || mask_ok(uc, rt_tls_worker));

@@ -156,10 +156,9 @@ struct pvhint_tls_word {
 PVRT_API unsigned pvhint_thread_tls_words(struct pvhint_tls_word *out, unsigned max);
 /*
  * Non-zero while the calling kernel thread holds one of the hint source's internal locks (the
- * emulator's; from a fork's prepare handler to its parent handler, too) or is stopped in the
- * emulator's stop handler. Such a lock, the count that defers the emulator's stop signal and
- * the stop handler's frame belong to the kernel thread: a runtime must not move the code
- * running there to another kernel thread before it is zero again.
+ * emulator's; from a fork's prepare handler to its parent handler, too). Such a lock and the
+ * count that defers the emulator's stop signal belong to the kernel thread: a runtime must not
+ * move the code running there to another kernel thread before it is zero again.
  * Context: any; async-signal-safe.
  */
 PVRT_API int pvhint_thread_in_lock(void);

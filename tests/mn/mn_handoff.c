@@ -11,7 +11,7 @@
  * all this, and kicks sent meanwhile land when they resume: inside the runtime's own handling of
  * a lost worker, too (a kick handled there once moved the ULT twice: a crash in the context
  * switch, or a worker left owned by a thread that waited as a spare, a stall; runtime/MN.md).
- * Fails on a lost or doubled token, a crash, or a hang (the alarm).
+ * Fails on a crash or a hang (the alarm; a token lost or passed twice ends in a hang too).
  *
  * usage: mn_handoff [PAIRS [PASSES [BUSY]]]
  */

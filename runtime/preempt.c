@@ -209,9 +209,8 @@ static void preempt_handler(int sig, siginfo_t *si, void *ucv)
 		 * that pc (the stop handler blocks every signal). The runtime's own code enters
 		 * soon (its spins are bounded) and notices the loss itself.) */
 		bool anywhere = __atomic_load_n(&rt_state.preempt_anywhere, __ATOMIC_RELAXED);
-		bool pcok = pc_ok(uc_pc(uc));
-		bool safe = pcok && (anywhere || mask_ok(uc, rt_tls_worker));
-		if (anywhere ? !pcok : !safe) {
+		bool safe = pc_ok(uc_pc(uc)) && (anywhere || mask_ok(uc, rt_tls_worker));
+		if (!safe) {
 			__atomic_fetch_sub(&inflight, 1, __ATOMIC_RELEASE);
 			errno = saved_errno;
 			return;

@@ -578,8 +578,12 @@ struct pvrt_ult *rt_primary_alloc(void) PVRT_HIDDEN;
 
 /* The calling kernel thread's signal mask (the first 64 signals, the kernel's sigset). */
 uint64_t rt_kernel_sigmask(void) PVRT_HIDDEN;
-/* The calling ULT's signal mask changed to m (already loaded on its kernel thread). */
+/* The calling ULT's signal mask changed to m (already loaded on its kernel thread; pvrt_init
+ * only, before other ULTs run). */
 void rt_ult_sigmask_changed(uint64_t m) PVRT_HIDDEN;
+/* pthread_sigmask for the calling ULT with per-ULT TLS (the first 64 signals; set and old may
+ * be NULL): 0, or EINVAL for a bad how. */
+int rt_ult_sigmask(int how, const uint64_t *set, uint64_t *old) PVRT_HIDDEN;
 
 /* If set (the M:N preload, before it creates ULTs): every ULT runs wrap(fn, arg) instead of
  * fn(arg), and exits with its result. */

@@ -549,10 +549,10 @@ EXPORT int pthread_setschedprio(pthread_t t, int prio)
 /* ---------------------------------------------------------------- signal masks */
 
 /*
- * A ULT's mask is its own: loaded on its worker whenever it runs there (ult.c). The preemption
- * signal is the runtime's, as glibc's SIGCANCEL is glibc's: a program that blocks every signal
- * (a thread that leaves signals to a sigwait thread) must still be preemptible, so it is taken
- * out of what the program blocks or sets.
+ * A ULT's mask is its own: loaded on its worker whenever it runs there (ult.c, rt_ult_sigmask).
+ * The preemption signal is the runtime's, as glibc's SIGCANCEL is glibc's: a program that blocks
+ * every signal (a thread that leaves signals to a sigwait thread) must still be preemptible, so
+ * it is taken out of what the program blocks or sets.
  */
 static const sigset_t *without_preempt(int how, const sigset_t *set, sigset_t *tmp)
 {
@@ -564,22 +564,38 @@ static const sigset_t *without_preempt(int how, const sigset_t *set, sigset_t *t
 	return tmp;
 }
 
+static int ult_sigmask(int how, const sigset_t *set, sigset_t *old)
+{
+	uint64_t s = 0, o;
+	if (set)
+		memcpy(&s, set, sizeof(s));
+	int r = rt_ult_sigmask(how, set ? &s : NULL, old ? &o : NULL);
+	if (!r && old) {
+		sigemptyset(old);
+		memcpy(old, &o, sizeof(o));
+	}
+	return r;
+}
+
 EXPORT int pthread_sigmask(int how, const sigset_t *set, sigset_t *old)
 {
 	sigset_t tmp;
-	int r = REAL(pthread_sigmask, how, without_preempt(how, set, &tmp), old);
-	if (!r && set && self_ult())
-		rt_ult_sigmask_changed(rt_kernel_sigmask());
-	return r;
+	if (!self_ult() || !rt_state.ult_tls)
+		return REAL(pthread_sigmask, how, without_preempt(how, set, &tmp), old);
+	return ult_sigmask(how, set, old);
 }
 
 EXPORT int sigprocmask(int how, const sigset_t *set, sigset_t *old)
 {
 	sigset_t tmp;
-	int r = REAL(sigprocmask, how, without_preempt(how, set, &tmp), old);
-	if (!r && set && self_ult())
-		rt_ult_sigmask_changed(rt_kernel_sigmask());
-	return r;
+	if (!self_ult() || !rt_state.ult_tls)
+		return REAL(sigprocmask, how, without_preempt(how, set, &tmp), old);
+	int r = ult_sigmask(how, set, old);
+	if (r) {
+		errno = r;
+		return -1;
+	}
+	return 0;
 }
 
 /* ---------------------------------------------------------------- yield, CPU, sleep */

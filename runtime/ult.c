@@ -16,6 +16,7 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <signal.h>
 #include <stddef.h>
 #include <string.h>
 #include <sys/syscall.h>
@@ -236,6 +237,55 @@ uint64_t rt_kernel_sigmask(void)
 	uint64_t m = 0;
 	syscall(SYS_rt_sigprocmask, SIG_BLOCK, NULL, &m, 8);
 	return m;
+}
+
+/* No thread's mask: SIGKILL and SIGSTOP can never be blocked. */
+#define SIGMASK_UNKNOWN (~(uint64_t)0)
+#define SIGBIT(sig)	((uint64_t)1 << ((sig)-1))
+
+/*
+ * The mask change and its record happen in one runtime section, on the thread the caller runs
+ * on: entering moves a ULT whose thread lost its worker (it blocked in the kernel) to a worker
+ * first, and no switch can split the system call from the record. Only blocking happens inside
+ * the section, though: unblocking may deliver a pending signal at once, and the program's
+ * handler must not run inside the runtime (one that longjmps out would leave the depth raised;
+ * one that waits for another ULT of this worker would never be left). So the record and the
+ * worker's cached mask are settled in the section, and the unblocking system call comes after
+ * it: a switch in between loads the new record wherever the ULT resumes, because the cache
+ * says unknown until then.
+ */
+int rt_ult_sigmask(int how, const uint64_t *set, uint64_t *oldp)
+{
+	struct pvrt_ult *u = rt_tls_ult;
+	uint64_t old = 0, add = 0, unblock = 0;
+	if (set && how != SIG_BLOCK && how != SIG_UNBLOCK && how != SIG_SETMASK)
+		return EINVAL;
+	if (set && how != SIG_UNBLOCK) {
+		add = *set;
+		/* The runtime's signal, glibc's own two (its pthread_sigmask drops them too), and
+		 * the two the kernel never blocks: the record must be the mask the kernel keeps. */
+		if (rt_state.preempt_sig)
+			add &= ~SIGBIT(rt_state.preempt_sig);
+		add &= ~(SIGBIT(__SIGRTMIN) | SIGBIT(__SIGRTMIN + 1) | SIGBIT(SIGKILL) |
+			 SIGBIT(SIGSTOP));
+	}
+	{
+		PVRT_RT_SCOPE();
+		syscall(SYS_rt_sigprocmask, SIG_BLOCK, add ? &add : NULL, &old, 8);
+		if (set) {
+			uint64_t now = how == SIG_BLOCK	    ? old | add
+				       : how == SIG_UNBLOCK ? old & ~*set
+							    : add;
+			unblock = old & ~now;
+			u->sigmask = now;
+			rt_worker_cur()->sigmask = unblock ? SIGMASK_UNKNOWN : now;
+		}
+	}
+	if (unblock)
+		syscall(SYS_rt_sigprocmask, SIG_UNBLOCK, &unblock, NULL, 8);
+	if (oldp)
+		*oldp = old;
+	return 0;
 }
 
 void rt_ult_sigmask_changed(uint64_t m)

@@ -10,6 +10,10 @@
  *   spin_masked  spin, with every signal blocked by the program (a thread that leaves its
  *          signals to a sigwait thread): the runtime's preemption signal is not the program's
  *          to block, and the mask the program set survives the switches
+ *   mask_handoff  a thread whose kernel thread lost the worker (it waited in a raw futex call
+ *          the runtime does not see) changes its signal mask while main spins: the change is
+ *          the caller's alone (main keeps its mask and stays preemptible), and a signal left
+ *          pending while blocked is delivered when it is unblocked
  *   exec_spin  spin in a new image exec'd from a ULT (as `env prog` does): the exec wrapper
  *          blocks the preemption signal across execve and the mask is inherited
  * All hang without those (ctest label mn-preempt; see CMakeLists.txt).
@@ -20,7 +24,9 @@
 #include <signal.h>
 #include <pthread.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <unistd.h>
+#include <linux/futex.h>
 
 static volatile int flag;
 
@@ -50,6 +56,39 @@ static void *reader(void *a)
 	return a;
 }
 
+static volatile sig_atomic_t got_usr2;
+static void on_usr2(int s)
+{
+	(void)s;
+	got_usr2 = 1;
+}
+
+static int nap_word;
+static void *masker(void *a)
+{
+	/* 20 ms in the kernel, unseen by the runtime: sysmon hands worker 0 to a spare (main
+	 * spins there) and this kernel thread comes back without it. */
+	struct timespec ts = {0, 20 * 1000 * 1000};
+	syscall(SYS_futex, &nap_word, FUTEX_WAIT_PRIVATE, 0, &ts, NULL, 0);
+	sigset_t s, cur;
+	sigemptyset(&s);
+	sigaddset(&s, SIGUSR1);
+	sigaddset(&s, SIGUSR2);
+	CHECK_EQ(pthread_sigmask(SIG_BLOCK, &s, NULL), 0);
+	/* Back to a worker: only once main has been preempted, and the mask goes along. */
+	sched_yield();
+	CHECK_EQ(pthread_sigmask(SIG_SETMASK, NULL, &cur), 0);
+	CHECK(sigismember(&cur, SIGUSR1) && sigismember(&cur, SIGUSR2));
+	got_usr2 = 0;
+	CHECK_EQ(pthread_kill(pthread_self(), SIGUSR2), 0);
+	CHECK_EQ(got_usr2, 0); /* blocked: pending */
+	CHECK_EQ(sigprocmask(SIG_UNBLOCK, &s, &cur), 0);
+	CHECK(sigismember(&cur, SIGUSR1)); /* the old mask */
+	CHECK_EQ(got_usr2, 1);		   /* delivered by the unblocking call itself */
+	flag = 1;
+	return a;
+}
+
 int main(int argc, char **argv)
 {
 	pthread_t t;
@@ -69,6 +108,21 @@ int main(int argc, char **argv)
 		CHECK(sigismember(&cur, SIGUSR1) && sigismember(&cur, SIGTERM));
 		CHECK_EQ(pthread_join(t, NULL), 0);
 		printf("mn_preempt: spin_masked ok\n");
+		return 0;
+	}
+	if (argc == 2 && !strcmp(argv[1], "mask_handoff")) {
+		signal(SIGUSR2, on_usr2);
+		for (int i = 0; i < 10; i++) {
+			flag = 0;
+			CHECK_EQ(pthread_create(&t, NULL, masker, NULL), 0);
+			while (!flag)
+				; /* preemptible only while its record is its own mask */
+			CHECK_EQ(pthread_join(t, NULL), 0);
+			sigset_t cur;
+			CHECK_EQ(pthread_sigmask(SIG_SETMASK, NULL, &cur), 0);
+			CHECK(!sigismember(&cur, SIGUSR1) && !sigismember(&cur, SIGUSR2));
+		}
+		printf("mn_preempt: mask_handoff ok\n");
 		return 0;
 	}
 	if (argc == 2 && !strcmp(argv[1], "spin")) {
@@ -118,6 +172,6 @@ int main(int argc, char **argv)
 		printf("mn_preempt: main ok\n");
 		return 0;
 	}
-	fprintf(stderr, "usage: mn_preempt spin|spin_masked|exec_spin|pipe|main\n");
+	fprintf(stderr, "usage: mn_preempt spin|spin_masked|mask_handoff|exec_spin|pipe|main\n");
 	return 2;
 }

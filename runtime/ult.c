@@ -349,6 +349,38 @@ static void post_exit(struct rt_worker *w, void *arg)
 		rt_futex_wake(&u->join, INT_MAX);
 }
 
+/*
+ * An exit whose successor has never run starts it where it stands, with no switch: nothing to
+ * save, no frame to build. The exiting stack goes to the worker as its warm one (post_exit) and
+ * at once to the successor (first_run's swap), which then starts at its top: a batch of ULTs
+ * created and then joined runs on one stack, one after the other. Publishing the exit before
+ * leaving the stack is safe only because the stack is no longer the descriptor's when the exit
+ * is published (the joiner may take the descriptor at once): so not for a ULT that keeps its
+ * stack (its own TLS block is on it, or its size is not the pool's; see swap_hot), and not
+ * under a sanitizer (its fiber calls come in pairs around a real switch).
+ */
+static void exit_chain(struct rt_worker *w, struct pvrt_ult *self, struct pvrt_ult *next)
+{
+#if !defined(PVRT_ASAN) && !defined(PVRT_TSAN)
+	if (!next || next->ctx.sp || rt_state.ult_tls || !self->stack ||
+	    self->stack_len != rt_state.stack_size)
+		return;
+	/* What switch_ctx records for a switch (without per-ULT TLS, nothing else changes). */
+	__atomic_store_n(&w->cur, next, __ATOMIC_RELAXED); /* sysmon samples it */
+	next->last = (int)w->idx;
+	PVRT_STAT_INC(w, st_switches);
+	post_exit(w, self); /* self's stack is now w->hot; self is the joiner's */
+	swap_hot(w, next);  /* and now next's, unless next keeps its own */
+	char *end = (char *)next->stack + next->stack_len;
+	next->ctx.sp = end; /* it has run: the next switch away saves its real one */
+	next->ctx.san.bottom = (char *)next->stack + next->guard;
+	next->ctx.san.size = next->stack_len - next->guard;
+	rt_ctx_restart(end, ult_entry, next, next->fpstate);
+#else
+	(void)w, (void)self, (void)next;
+#endif
+}
+
 __attribute__((noreturn)) static void ult_exit(struct pvrt_ult *self, void *ret)
 {
 	if (self->tp)
@@ -372,6 +404,7 @@ __attribute__((noreturn)) static void ult_exit(struct pvrt_ult *self, void *ret)
 		rt_futex_wake(&rt_state.exit_seq, INT_MAX);
 	}
 	struct pvrt_ult *next = pick_next(w);
+	exit_chain(w, self, next);
 	/* The joiner learns of the exit in post_exit, once we are off the stack. */
 	switch_ctx(w, &self->ctx, next, post_exit, self, 1);
 	__builtin_unreachable();

@@ -51,4 +51,13 @@ static inline uint64_t rt_ctx_fpstate(void)
 }
 void *rt_ctx_make_fp(void *top, void (*entry)(void *), void *arg, uint64_t fp);
 
+/*
+ * Abandon the running context and call entry(arg) on a fresh one on the stack ending at 'top',
+ * with floating-point state fp (rt_ctx_fpstate's form): what switching to rt_ctx_make_fp's
+ * result would do, without a context to save. 'top' may be the top of the stack running now
+ * (an exiting ULT starts its successor there: ult.c).
+ */
+__attribute__((noreturn)) void rt_ctx_restart(void *top, void (*entry)(void *), void *arg,
+					      uint64_t fp);
+
 #endif /* PVRT_RUNTIME_ARCH_CTX_H */

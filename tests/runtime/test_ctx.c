@@ -162,6 +162,54 @@ static void mxcsr_alone(void)
 }
 #endif
 
+/* rt_ctx_restart: a context starts its successor on its own stack, RESTARTS times, each with
+ * the floating-point state it is given (upward rounding and the caller's, in turn); the stack
+ * does not grow, and the last one switches back to main. */
+#define RESTARTS 1000
+static void *re_sp;
+static char stack5[64 * 1024] __attribute__((aligned(16)));
+static uint64_t fp_up, fp_near;
+static uintptr_t re_frame;
+static int re_done;
+
+static void re(void *arg)
+{
+	uintptr_t n = (uintptr_t)arg;
+	char buf[64];
+	volatile double third = 1.0 / 3.0; /* a varargs double: a misaligned stack faults here */
+	snprintf(buf, sizeof(buf), "%d %f", (int)n, third);
+	uintptr_t f = (uintptr_t)__builtin_frame_address(0);
+	if (f < (uintptr_t)stack5 || f >= (uintptr_t)stack5 + sizeof(stack5))
+		FAIL("restart %d runs off its stack\n", (int)n);
+	if (n == 0)
+		re_frame = f;
+	else if (f != re_frame)
+		FAIL("restart %d: the stack grew\n", (int)n);
+	if (fegetround() != (n & 1 ? FE_UPWARD : FE_TONEAREST))
+		FAIL("rounding mode of restart %d\n", (int)n);
+	if (n == RESTARTS) {
+		re_done = 1;
+		rt_ctx_switch(&re_sp, main_sp); /* never resumed */
+	}
+	rt_ctx_restart(stack5 + sizeof(stack5), re, (void *)(n + 1), (n + 1) & 1 ? fp_up : fp_near);
+}
+
+static void restarts(void)
+{
+	fesetround(FE_UPWARD);
+	fp_up = rt_ctx_fpstate();
+	fesetround(FE_TONEAREST);
+	fp_near = rt_ctx_fpstate();
+	re_sp = rt_ctx_make(stack5 + sizeof(stack5), re, (void *)0);
+	fesetround(FE_DOWNWARD); /* main's own, kept across the whole chain */
+	rt_ctx_switch(&main_sp, re_sp);
+	if (!re_done)
+		FAIL("restarts did not finish\n");
+	if (fegetround() != FE_DOWNWARD)
+		FAIL("rounding mode of main lost across restarts\n");
+	fesetround(FE_TONEAREST);
+}
+
 int main(void)
 {
 	co_sp = rt_ctx_make(stack + sizeof(stack), co, (void *)0x5eed);
@@ -188,6 +236,7 @@ int main(void)
 		X87_CHECK(_FPU_EXTENDED, "main");
 	}
 	mxcsr_alone();
+	restarts();
 	printf("ok\n");
 	return 0;
 }

@@ -72,4 +72,36 @@ rt_ctx_trampoline:
 	.cfi_endproc
 	.size	rt_ctx_trampoline, .-rt_ctx_trampoline
 
+/*
+ * Start a fresh context on the stack ending at x0, from the running one, which is abandoned:
+ * entry (x1) is called with arg (x2) and the floating-point state x3 (FPCR, FPSR << 32, as
+ * rt_ctx_make_fp), each written only where it differs. The stack may be the one running now.
+ */
+	.globl	rt_ctx_restart
+	.hidden	rt_ctx_restart
+	.type	rt_ctx_restart, %function
+	.p2align 4
+rt_ctx_restart: /* x0 = top, x1 = entry, x2 = arg, x3 = floating-point state */
+	.cfi_startproc
+	.cfi_undefined x30
+	bic	x0, x0, #15
+	mov	sp, x0		/* where rt_ctx_make_fp's frame leaves it */
+	mrs	x9, fpcr
+	mrs	x10, fpsr
+	mov	w11, w3
+	lsr	x12, x3, #32
+	cmp	x9, x11
+	b.eq	1f
+	msr	fpcr, x11
+1:	cmp	x10, x12
+	b.eq	2f
+	msr	fpsr, x12
+2:	mov	x29, #0
+	mov	x30, #0
+	mov	x0, x2
+	blr	x1
+	brk	#0	/* entry must not return */
+	.cfi_endproc
+	.size	rt_ctx_restart, .-rt_ctx_restart
+
 	.section .note.GNU-stack,"",%progbits

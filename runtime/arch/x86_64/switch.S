@@ -72,4 +72,36 @@ rt_ctx_trampoline:
 	.cfi_endproc
 	.size	rt_ctx_trampoline, .-rt_ctx_trampoline
 
+/*
+ * Start a fresh context on the stack ending at rdi, from the running one, which is abandoned:
+ * entry (rsi) is called with arg (rdx) and the floating-point state rcx (rt_ctx_make_fp's),
+ * loaded only where it differs. The stack may be the one running now: nothing of the caller's
+ * is read once rsp has moved.
+ */
+	.globl	rt_ctx_restart
+	.hidden	rt_ctx_restart
+	.type	rt_ctx_restart, @function
+	.p2align 4
+rt_ctx_restart: /* rdi = top, rsi = entry, rdx = arg, rcx = floating-point state */
+	.cfi_startproc
+	.cfi_undefined rip
+	andq	$-16, %rdi
+	leaq	-16(%rdi), %rsp	/* 16 bytes of zeros above, as rt_ctx_make_fp leaves */
+	movq	$0, 8(%rsp)
+	movq	$0, (%rsp)	/* the two bytes above the control word compare as zero */
+	stmxcsr	(%rsp)
+	fnstcw	4(%rsp)
+	cmpq	%rcx, (%rsp)	/* MXCSR and the x87 control word, as the frame holds them */
+	je	1f
+	movq	%rcx, (%rsp)
+	ldmxcsr	(%rsp)
+	fldcw	4(%rsp)
+1:	movq	$0, (%rsp)
+	xorl	%ebp, %ebp	/* ends frame-pointer chains */
+	movq	%rdx, %rdi
+	callq	*%rsi
+	ud2	/* entry must not return */
+	.cfi_endproc
+	.size	rt_ctx_restart, .-rt_ctx_restart
+
 	.section .note.GNU-stack,"",@progbits

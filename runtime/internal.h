@@ -256,6 +256,7 @@ struct rt_state {
 	int slots;	   /* the hint records are thread slots (bpf): a worker's is its thread's */
 	int can_lend;	   /* the source can yield to a vCPU (pvhint_can_yield): idle() lends */
 	size_t stack_size; /* default mapping: usable size + guard page (+ TLS reserve) */
+	size_t page_size;  /* rt_page_size(), the default guard */
 	int ult_tls;	   /* every ULT gets its own glibc TLS (tls.c) */
 	uint64_t poll_min, poll_max;
 	int eager_timers;

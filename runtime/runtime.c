@@ -216,6 +216,7 @@ int pvrt_init(const struct pvrt_config *c)
 	rt_state.nw = s.nw;
 	rt_state.pol = s.pol;
 	rt_state.stack_size = s.stack;
+	rt_state.page_size = rt_page_size();
 	rt_state.ult_tls = s.ult_tls;
 	/* Inside libc too when ULTs own their TLS, and ld.so's locks can be seen (tls.c). */
 	rt_state.preempt_anywhere = s.ult_tls && rt_tls_ldso_known();

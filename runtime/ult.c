@@ -46,6 +46,7 @@ __attribute__((noinline)) struct rt_worker *rt_worker_cur(void)
  * worker to park frees those of the global pool.
  */
 static void ult_entry(void *arg);
+static void ult_entry_chained(void *arg);
 
 static inline void swap_hot(struct rt_worker *w, struct pvrt_ult *u)
 {
@@ -375,7 +376,7 @@ static void exit_chain(struct rt_worker *w, struct pvrt_ult *self, struct pvrt_u
 	next->ctx.sp = end; /* it has run: the next switch away saves its real one */
 	next->ctx.san.bottom = (char *)next->stack + next->guard;
 	next->ctx.san.size = next->stack_len - next->guard;
-	rt_ctx_restart(end, ult_entry, next, next->fpstate);
+	rt_ctx_restart(end, ult_entry_chained, next, next->fpstate);
 #else
 	(void)w, (void)self, (void)next;
 #endif
@@ -450,10 +451,9 @@ void rt_wait_nlive_zero(void)
 
 void *(*rt_ult_entry_wrap)(void *(*fn)(void *), void *arg);
 
-static void ult_entry(void *arg)
+/* A ULT's first run, on its own stack, in the runtime (the depth its starter left). */
+static inline __attribute__((always_inline, noreturn)) void ult_run(struct pvrt_ult *u)
 {
-	rt_after_switch();
-	struct pvrt_ult *u = arg;
 	/* The switch left the switcher's depth: a fresh ULT starts outside the runtime. */
 	struct rt_m *m = rt_m_cur();
 	if (m) /* release: as rt_leave_slow */
@@ -464,6 +464,18 @@ static void ult_entry(void *arg)
 	void *r = wrap ? wrap(u->fn, u->arg) : u->fn(u->arg);
 	rt_enter(); /* never left: the exit switch saves it */
 	ult_exit(u, r);
+}
+
+static void ult_entry(void *arg)
+{
+	rt_after_switch();
+	ult_run(arg);
+}
+
+/* Started by exit_chain: no switch happened, so there is nothing to finish after one. */
+static void ult_entry_chained(void *arg)
+{
+	ult_run(arg);
 }
 
 void rt_ult_init_primary(struct pvrt_ult *u)
@@ -560,27 +572,12 @@ static __attribute__((noinline)) int create_stack(struct pvrt_ult *u, size_t len
 	return 0;
 }
 
-int pvrt_thread_create(pvrt_thread_t *out, const pvrt_thread_attr_t *attr, void *(*fn)(void *),
-		       void *arg)
+/* A create with its attributes checked, inside the caller's section. Inlined twice, so that the
+ * common create (no attributes) works with constants. */
+static inline __attribute__((always_inline)) int create(pvrt_thread_t *out, void *(*fn)(void *),
+							void *arg, size_t len, size_t guard,
+							int detached, int bound)
 {
-	/* No switch in here: a create never waits (a lock of the global pool sleeps in the kernel).
-	 */
-	PVRT_RT_SCOPE_NOSWITCH();
-	if (!fn)
-		return rt_fail(-EINVAL, "pvrt_thread_create: fn is NULL");
-	if (!__atomic_load_n(&rt_state.running, __ATOMIC_ACQUIRE))
-		return rt_fail(-ENXIO, "pvrt_thread_create: the runtime is not running");
-	size_t len = rt_state.stack_size;
-	size_t guard = rt_page_size();
-	int detached = 0, bound = -1;
-	if (attr) {
-		int r = create_attr(attr, &len, &guard, &detached, &bound);
-		if (r)
-			return r;
-	}
-	if (!out && !detached)
-		return rt_fail(-EINVAL, "pvrt_thread_create: out is NULL for a joinable ULT");
-
 	struct rt_worker *w = rt_tls_worker;
 	struct pvrt_ult *u = rt_desc_get(w);
 	if (!u)
@@ -643,6 +640,31 @@ int pvrt_thread_create(pvrt_thread_t *out, const pvrt_thread_attr_t *attr, void 
 		rt_ult_ready_from(NULL, u);
 	}
 	return 0;
+}
+
+int pvrt_thread_create(pvrt_thread_t *out, const pvrt_thread_attr_t *attr, void *(*fn)(void *),
+		       void *arg)
+{
+	/* No switch in here: a create never waits (a lock of the global pool sleeps in the kernel).
+	 */
+	PVRT_RT_SCOPE_NOSWITCH();
+	if (!fn)
+		return rt_fail(-EINVAL, "pvrt_thread_create: fn is NULL");
+	if (!__atomic_load_n(&rt_state.running, __ATOMIC_ACQUIRE))
+		return rt_fail(-ENXIO, "pvrt_thread_create: the runtime is not running");
+	size_t len = rt_state.stack_size;
+	size_t guard = rt_state.page_size;
+	if (likely(!attr && out))
+		return create(out, fn, arg, len, guard, 0, -1);
+	int detached = 0, bound = -1;
+	if (attr) {
+		int r = create_attr(attr, &len, &guard, &detached, &bound);
+		if (r)
+			return r;
+	}
+	if (!out && !detached)
+		return rt_fail(-EINVAL, "pvrt_thread_create: out is NULL for a joinable ULT");
+	return create(out, fn, arg, len, guard, detached, bound);
 }
 
 /* Join a ULT that has not exited yet: run it now if it is still queued, else wait. */

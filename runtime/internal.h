@@ -475,7 +475,13 @@ void rt_requeue(struct rt_worker *w, struct pvrt_ult *u) PVRT_HIDDEN;
 /* Pop work for worker w: local ring, injection queue; NULL if none. */
 struct pvrt_ult *rt_local_next(struct rt_worker *w) PVRT_HIDDEN;
 struct pvrt_ult *rt_steal(struct rt_worker *w) PVRT_HIDDEN;
-bool rt_has_work(struct rt_worker *w) PVRT_HIDDEN;
+/* Work for w: its ring or injection queue, and if 'others', a ring of another worker (stealable).
+ */
+bool rt_has_work_others(struct rt_worker *w, bool others) PVRT_HIDDEN;
+static inline bool rt_has_work(struct rt_worker *w)
+{
+	return rt_has_work_others(w, true);
+}
 void rt_wake_worker(unsigned i) PVRT_HIDDEN;
 void rt_notify_idle(struct rt_worker *w) PVRT_HIDDEN;
 /* Fill in the scheduler's view of the runtime (sched/pvrt_sched.h). */

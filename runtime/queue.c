@@ -375,11 +375,13 @@ struct pvrt_ult *rt_steal(struct rt_worker *w)
 	}
 }
 
-bool rt_has_work(struct rt_worker *w)
+bool rt_has_work_others(struct rt_worker *w, bool others)
 {
 	/* Seq_cst load of inj.n: the parking side of the handshake in inject_to. */
 	if (ring_nonempty(&w->ring) || __atomic_load_n(&w->inj.n, __ATOMIC_SEQ_CST))
 		return true;
+	if (!others)
+		return false;
 	for (unsigned i = 0; i < rt_state.nw; i++)
 		if (i != w->idx && ring_nonempty(&rt_state.w[i]->ring))
 			return true;

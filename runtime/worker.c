@@ -30,6 +30,8 @@ static void kpark(uint32_t *word, uint64_t deadline)
  * vCPU is preempted now or lost time to the host since the last idle period does not poll at all:
  * its physical CPU is contended, and spinning would take time from whoever shares it.
  */
+#define POLL_OTHERS_NS 2000
+
 static void idle(struct rt_worker *w)
 {
 	/* Work stranded on a preempted vCPU (the ULT it runs, or a queue we just failed to steal
@@ -64,12 +66,21 @@ static void idle(struct rt_worker *w)
 	if (poll) {
 		__atomic_fetch_add(&rt_state.nsearching, 1, __ATOMIC_RELAXED);
 		bool found = false;
-		uint64_t now = t0;
+		uint64_t now = t0, others = t0;
 		while (now - t0 < poll) {
 			for (int i = 0; i < 32; i++)
 				os_cpu_relax();
 			now = os_now_ns();
-			if (rt_has_work(w) || rt_timers_due(w, now) ||
+			/* Other workers' rings only every POLL_OTHERS_NS (as Go's thieves leave a
+			 * running P's next G alone for 3 us): a ULT queued by a running worker is
+			 * nearly always run by it soon (a create then a join, a wake-up then a
+			 * block), and reading its ring's lines at every turn makes each of its
+			 * queue operations a cache miss and sends us to steal what it then takes.
+			 */
+			bool look = now - others >= POLL_OTHERS_NS;
+			if (look)
+				others = now;
+			if (rt_has_work_others(w, look) || rt_timers_due(w, now) ||
 			    __atomic_load_n(&rt_state.stop, __ATOMIC_RELAXED)) {
 				found = true;
 				break;

@@ -244,6 +244,15 @@ uint64_t rt_kernel_sigmask(void)
 #define SIGMASK_UNKNOWN (~(uint64_t)0)
 #define SIGBIT(sig)	((uint64_t)1 << ((sig)-1))
 
+/* What a ULT's record never holds: the runtime's signal, glibc's own two (its pthread_sigmask
+ * drops them too), and the two the kernel never blocks. */
+static uint64_t sigmask_ours(void)
+{
+	uint64_t m =
+	    SIGBIT(__SIGRTMIN) | SIGBIT(__SIGRTMIN + 1) | SIGBIT(SIGKILL) | SIGBIT(SIGSTOP);
+	return rt_state.preempt_sig ? m | SIGBIT(rt_state.preempt_sig) : m;
+}
+
 /*
  * The mask change and its record happen in one runtime section, on the thread the caller runs
  * on: entering moves a ULT whose thread lost its worker (it blocked in the kernel) to a worker
@@ -254,6 +263,12 @@ uint64_t rt_kernel_sigmask(void)
  * worker's cached mask are settled in the section, and the unblocking system call comes after
  * it: a switch in between loads the new record wherever the ULT resumes, because the cache
  * says unknown until then.
+ *
+ * The record changes from the record, the kernel's mask from the kernel's: inside one of the
+ * program's signal handlers the kernel's mask also holds what the handler's sigaction added,
+ * which its return takes away again (sigreturn restores the frame's mask), so it must not
+ * become the ULT's. (A handler that sets a mask it read inside itself, a save and restore,
+ * still records that mask: see MN.md.)
  */
 int rt_ult_sigmask(int how, const uint64_t *set, uint64_t *oldp)
 {
@@ -261,25 +276,21 @@ int rt_ult_sigmask(int how, const uint64_t *set, uint64_t *oldp)
 	uint64_t old = 0, add = 0, unblock = 0;
 	if (set && how != SIG_BLOCK && how != SIG_UNBLOCK && how != SIG_SETMASK)
 		return EINVAL;
-	if (set && how != SIG_UNBLOCK) {
-		add = *set;
-		/* The runtime's signal, glibc's own two (its pthread_sigmask drops them too), and
-		 * the two the kernel never blocks: the record must be the mask the kernel keeps. */
-		if (rt_state.preempt_sig)
-			add &= ~SIGBIT(rt_state.preempt_sig);
-		add &= ~(SIGBIT(__SIGRTMIN) | SIGBIT(__SIGRTMIN + 1) | SIGBIT(SIGKILL) |
-			 SIGBIT(SIGSTOP));
-	}
+	if (set && how != SIG_UNBLOCK)
+		add = *set & ~sigmask_ours();
 	{
 		PVRT_RT_SCOPE();
 		syscall(SYS_rt_sigprocmask, SIG_BLOCK, add ? &add : NULL, &old, 8);
 		if (set) {
-			uint64_t now = how == SIG_BLOCK	    ? old | add
-				       : how == SIG_UNBLOCK ? old & ~*set
+			uint64_t rec = how == SIG_BLOCK	    ? u->sigmask | add
+				       : how == SIG_UNBLOCK ? u->sigmask & ~*set
 							    : add;
-			unblock = old & ~now;
-			u->sigmask = now;
-			rt_worker_cur()->sigmask = unblock ? SIGMASK_UNKNOWN : now;
+			uint64_t kernel = how == SIG_BLOCK     ? old | add
+					  : how == SIG_UNBLOCK ? old & ~*set
+							       : add;
+			unblock = old & ~kernel;
+			u->sigmask = rec & ~sigmask_ours();
+			rt_worker_cur()->sigmask = unblock ? SIGMASK_UNKNOWN : kernel;
 		}
 	}
 	if (unblock)

@@ -98,6 +98,43 @@ static void alarms_while_joining(void)
 	CHECK(alarms > 0);
 }
 
+/* A handler that blocks and unblocks a signal around a short section: the handler's own mask
+ * (its signal, added by the kernel) must not become the ULT's, which a switch would then load
+ * again after the handler returned. */
+static volatile sig_atomic_t hits;
+static void on_usr1(int s)
+{
+	(void)s;
+	hits++;
+	sigset_t b;
+	sigemptyset(&b);
+	sigaddset(&b, SIGUSR2);
+	CHECK_EQ(pthread_sigmask(SIG_BLOCK, &b, NULL), 0);
+	CHECK_EQ(pthread_sigmask(SIG_UNBLOCK, &b, NULL), 0);
+}
+
+static void *nop(void *a)
+{
+	return a;
+}
+
+static void mask_in_handler(void)
+{
+	struct sigaction sa;
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_usr1;
+	CHECK_EQ(sigaction(SIGUSR1, &sa, NULL), 0);
+	for (int i = 1; i <= 3; i++) {
+		CHECK_EQ(pthread_kill(pthread_self(), SIGUSR1), 0);
+		CHECK_EQ(hits, i);
+		pthread_t t;
+		CHECK_EQ(pthread_create(&t, NULL, nop, NULL), 0);
+		CHECK_EQ(pthread_join(t, NULL), 0); /* switches away and back */
+		CHECK_EQ(kmask() & (BIT(SIGUSR1) | BIT(SIGUSR2)), 0);
+	}
+	signal(SIGUSR1, SIG_DFL);
+}
+
 int main(void)
 {
 	pthread_t t[16];
@@ -115,6 +152,7 @@ int main(void)
 	while (!got)
 		sched_yield();
 	alarms_while_joining();
+	mask_in_handler();
 	mn_check_ults(16);
 	printf("mn_signal: ok (%d alarms handled)\n", (int)alarms);
 	return 0;

@@ -213,6 +213,11 @@ static void *busy_main(void *arg)
 	CHECK(!sched_setaffinity(0, sizeof(one), &one));
 	b->tid = (int)syscall(SYS_gettid);
 	b->slot = pvhint_self_vcpu();
+	/* A new owner's record says 0 until its first switch-in writes the thread's run_delay,
+	 * which includes every wait since the thread started: a sleep first, so that the two
+	 * bases below count from the same point (under load the wait before registering was
+	 * several times the window measured). */
+	test_sleep_us(1000);
 	b->rd0 = run_delay(b->tid);
 	b->steal0 = pvhint_steal(h, (unsigned)b->slot);
 	__atomic_store_n(&b->ready, 1, __ATOMIC_RELEASE);

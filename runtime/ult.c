@@ -50,7 +50,10 @@ static void ult_entry_chained(void *arg);
 
 static inline void swap_hot(struct rt_worker *w, struct pvrt_ult *u)
 {
-	if (u->stack_len != rt_state.stack_size || !u->stack || u->tp)
+	/* Only default stacks change hands (the hot one is one): a stack of the default length
+	 * with a larger guard is another stack. */
+	if (u->stack_len != rt_state.stack_size || u->guard != rt_state.page_size || !u->stack ||
+	    u->tp)
 		return;
 	void *s = w->hot;
 	unsigned vg = w->hot_vg;
@@ -375,7 +378,7 @@ static void exit_chain(struct rt_worker *w, struct pvrt_ult *self, struct pvrt_u
 {
 #if !defined(PVRT_ASAN) && !defined(PVRT_TSAN)
 	if (!next || next->ctx.sp || rt_state.ult_tls || !self->stack ||
-	    self->stack_len != rt_state.stack_size)
+	    self->stack_len != rt_state.stack_size || self->guard != rt_state.page_size)
 		return;
 	/* What switch_ctx records for a switch (without per-ULT TLS, nothing else changes). */
 	__atomic_store_n(&w->cur, next, __ATOMIC_RELAXED); /* sysmon samples it */

@@ -16,6 +16,8 @@
 
 #include <fenv.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <unistd.h>
 #include <string.h>
 
 #ifdef __SANITIZE_THREAD__
@@ -50,6 +52,37 @@ static void *burst_ult(void *a)
 static void *nop(void *a)
 {
 	return a;
+}
+
+/* The size of the inaccessible mapping right below the caller's stack (its guard), from
+ * /proc/self/maps; 0 if none. */
+static void *guard_below(void *a)
+{
+	(void)a;
+	char line[256], perms[8];
+	uintptr_t here = (uintptr_t)&line, lo, hi, below_lo = 0, below_hi = 0, stack_lo = 0;
+	FILE *f = fopen("/proc/self/maps", "r");
+	CHECK(f != NULL);
+	uintptr_t prev_lo = 0, prev_hi = 0;
+	char prev_perms[8] = "";
+	while (fgets(line, sizeof(line), f)) {
+		if (sscanf(line, "%lx-%lx %7s", &lo, &hi, perms) != 3)
+			continue;
+		if (lo <= here && here < hi) {
+			stack_lo = lo;
+			if (prev_hi == lo && !strcmp(prev_perms, "---p")) {
+				below_lo = prev_lo;
+				below_hi = prev_hi;
+			}
+			break;
+		}
+		prev_lo = lo;
+		prev_hi = hi;
+		strcpy(prev_perms, perms);
+	}
+	fclose(f);
+	CHECK(stack_lo != 0);
+	return (void *)(below_hi - below_lo);
 }
 
 static uint64_t stacks(void)
@@ -114,6 +147,22 @@ int main(void)
 	void *r;
 	CHECK_EQ(pvrt_thread_join(t, &r), 0);
 	CHECK_EQ((intptr_t)r, FE_UPWARD);
+
+	/* A guard of two pages on a stack as long as the default one (usable part one page
+	 * shorter): the ULT runs on a stack with that guard, not on worker 0's warm stack (the
+	 * rounding ULT above left it there), whose guard is one page. */
+	long ps = sysconf(_SC_PAGESIZE);
+	pvrt_thread_attr_t ga;
+	pvrt_thread_attr_init(&ga);
+	ga.stack_size = 64 * 1024 - (size_t)ps;
+	ga.guard_size = 2 * (size_t)ps;
+	ga.worker = 0;
+	CHECK_EQ(pvrt_thread_create(&t, &ga, guard_below, NULL), 0);
+	CHECK_EQ(pvrt_thread_join(t, &r), 0);
+	CHECK((uintptr_t)r >= 2 * (uintptr_t)ps);
+	CHECK_EQ(pvrt_thread_create(&t, NULL, guard_below, NULL), 0); /* and the default: one */
+	CHECK_EQ(pvrt_thread_join(t, &r), 0);
+	CHECK_EQ((uintptr_t)r, (uintptr_t)ps);
 
 	long base = mappings();
 	static pvrt_thread_t ts[BURST];

@@ -267,11 +267,14 @@ static uint64_t sigmask_ours(void)
  * it: a switch in between loads the new record wherever the ULT resumes, because the cache
  * says unknown until then.
  *
- * The record changes from the record, the kernel's mask from the kernel's: inside one of the
- * program's signal handlers the kernel's mask also holds what the handler's sigaction added,
- * which its return takes away again (sigreturn restores the frame's mask), so it must not
- * become the ULT's. (A handler that sets a mask it read inside itself, a save and restore,
- * still records that mask: see MN.md.)
+ * Outside the program's signal handlers the thread's mask is the ULT's record (a switch loads
+ * it). Inside one the kernel has added the handler's own mask, and the handler's return
+ * restores the mask saved in its frame (sigreturn), whatever the handler set meanwhile: so a
+ * change made while the thread's mask differs from the record is the handler's alone, and
+ * leaves the record as it is. (Recording it would leave a record that the thread's mask no
+ * longer matches after the return: the ULT would then never be preempted, or would load the
+ * handler's mask again at its next switch.) A handler installed with SA_NODEFER and an empty
+ * sa_mask is not told apart; nor is a mask set behind the runtime's back by a raw system call.
  */
 int rt_ult_sigmask(int how, const uint64_t *set, uint64_t *oldp)
 {
@@ -285,14 +288,12 @@ int rt_ult_sigmask(int how, const uint64_t *set, uint64_t *oldp)
 		PVRT_RT_SCOPE();
 		syscall(SYS_rt_sigprocmask, SIG_BLOCK, add ? &add : NULL, &old, 8);
 		if (set) {
-			uint64_t rec = how == SIG_BLOCK	    ? u->sigmask | add
-				       : how == SIG_UNBLOCK ? u->sigmask & ~*set
-							    : add;
 			uint64_t kernel = how == SIG_BLOCK     ? old | add
 					  : how == SIG_UNBLOCK ? old & ~*set
 							       : add;
 			unblock = old & ~kernel;
-			u->sigmask = rec & ~sigmask_ours();
+			if (old == u->sigmask) /* not inside a signal handler */
+				u->sigmask = kernel & ~sigmask_ours();
 			rt_worker_cur()->sigmask = unblock ? SIGMASK_UNKNOWN : kernel;
 		}
 	}

@@ -113,6 +113,31 @@ static void on_usr1(int s)
 	CHECK_EQ(pthread_sigmask(SIG_UNBLOCK, &b, NULL), 0);
 }
 
+/* A handler that blocks every signal (sa_mask full) and saves and restores the mask, and one
+ * that leaves a signal blocked: their return restores the mask of the frame, and so must the
+ * ULT's record be left (checked after a switch, which loads the record). */
+static void on_usr1_setmask(int s)
+{
+	(void)s;
+	hits++;
+	sigset_t b, saved;
+	sigemptyset(&b);
+	sigaddset(&b, SIGUSR2);
+	CHECK_EQ(pthread_sigmask(SIG_BLOCK, &b, &saved), 0);
+	CHECK(sigismember(&saved, SIGTERM)); /* the handler's mask: everything */
+	CHECK_EQ(pthread_sigmask(SIG_SETMASK, &saved, NULL), 0);
+}
+
+static void on_usr1_leave_blocked(int s)
+{
+	(void)s;
+	hits++;
+	sigset_t b;
+	sigemptyset(&b);
+	sigaddset(&b, SIGUSR2);
+	CHECK_EQ(sigprocmask(SIG_BLOCK, &b, NULL), 0);
+}
+
 static void *nop(void *a)
 {
 	return a;
@@ -120,17 +145,25 @@ static void *nop(void *a)
 
 static void mask_in_handler(void)
 {
-	struct sigaction sa;
-	memset(&sa, 0, sizeof(sa));
-	sa.sa_handler = on_usr1;
-	CHECK_EQ(sigaction(SIGUSR1, &sa, NULL), 0);
-	for (int i = 1; i <= 3; i++) {
-		CHECK_EQ(pthread_kill(pthread_self(), SIGUSR1), 0);
-		CHECK_EQ(hits, i);
-		pthread_t t;
-		CHECK_EQ(pthread_create(&t, NULL, nop, NULL), 0);
-		CHECK_EQ(pthread_join(t, NULL), 0); /* switches away and back */
-		CHECK_EQ(kmask() & (BIT(SIGUSR1) | BIT(SIGUSR2)), 0);
+	void (*handlers[])(int) = {on_usr1, on_usr1_setmask, on_usr1_leave_blocked};
+	uint64_t before = kmask();
+	CHECK_EQ(before & (BIT(SIGUSR1) | BIT(SIGUSR2) | BIT(SIGTERM)), 0);
+	for (int k = 0; k < 3; k++) {
+		struct sigaction sa;
+		memset(&sa, 0, sizeof(sa));
+		sa.sa_handler = handlers[k];
+		if (k == 1)
+			sigfillset(&sa.sa_mask);
+		CHECK_EQ(sigaction(SIGUSR1, &sa, NULL), 0);
+		hits = 0;
+		for (int i = 1; i <= 3; i++) {
+			CHECK_EQ(pthread_kill(pthread_self(), SIGUSR1), 0);
+			CHECK_EQ(hits, i);
+			pthread_t t;
+			CHECK_EQ(pthread_create(&t, NULL, nop, NULL), 0);
+			CHECK_EQ(pthread_join(t, NULL), 0); /* switches away and back */
+			CHECK_EQ(kmask(), before);
+		}
 	}
 	signal(SIGUSR1, SIG_DFL);
 }

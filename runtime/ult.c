@@ -46,7 +46,9 @@ __attribute__((noinline)) struct rt_worker *rt_worker_cur(void)
  * worker to park frees those of the global pool.
  */
 static void ult_entry(void *arg);
+#if !defined(PVRT_ASAN) && !defined(PVRT_TSAN)
 static void ult_entry_chained(void *arg);
+#endif
 
 static inline void swap_hot(struct rt_worker *w, struct pvrt_ult *u)
 {
@@ -487,11 +489,13 @@ static void ult_entry(void *arg)
 	ult_run(arg);
 }
 
+#if !defined(PVRT_ASAN) && !defined(PVRT_TSAN)
 /* Started by exit_chain: no switch happened, so there is nothing to finish after one. */
 static void ult_entry_chained(void *arg)
 {
 	ult_run(arg);
 }
+#endif
 
 void rt_ult_init_primary(struct pvrt_ult *u)
 {

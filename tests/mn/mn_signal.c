@@ -98,44 +98,44 @@ static void alarms_while_joining(void)
 	CHECK(alarms > 0);
 }
 
-/* A handler that blocks and unblocks a signal around a short section: the handler's own mask
- * (its signal, added by the kernel) must not become the ULT's, which a switch would then load
- * again after the handler returned. */
+/* Handlers that change the mask (the handler's own mask, added by the kernel, must not become
+ * the ULT's, which a switch would then load again after the handler returned): one blocks and
+ * unblocks a signal around a short section; one runs with every signal blocked (sa_mask full)
+ * and saves and restores the mask; one leaves a signal blocked. Their return restores the mask
+ * of the frame, and the ULT's record must be left as it was (checked after a switch, which
+ * loads the record). */
 static volatile sig_atomic_t hits;
-static void on_usr1(int s)
+static void usr1_handler(int kind)
 {
-	(void)s;
-	hits++;
-	sigset_t b;
-	sigemptyset(&b);
-	sigaddset(&b, SIGUSR2);
-	CHECK_EQ(pthread_sigmask(SIG_BLOCK, &b, NULL), 0);
-	CHECK_EQ(pthread_sigmask(SIG_UNBLOCK, &b, NULL), 0);
-}
-
-/* A handler that blocks every signal (sa_mask full) and saves and restores the mask, and one
- * that leaves a signal blocked: their return restores the mask of the frame, and so must the
- * ULT's record be left (checked after a switch, which loads the record). */
-static void on_usr1_setmask(int s)
-{
-	(void)s;
 	hits++;
 	sigset_t b, saved;
 	sigemptyset(&b);
 	sigaddset(&b, SIGUSR2);
-	CHECK_EQ(pthread_sigmask(SIG_BLOCK, &b, &saved), 0);
-	CHECK(sigismember(&saved, SIGTERM)); /* the handler's mask: everything */
-	CHECK_EQ(pthread_sigmask(SIG_SETMASK, &saved, NULL), 0);
+	if (kind == 0) {
+		CHECK_EQ(pthread_sigmask(SIG_BLOCK, &b, NULL), 0);
+		CHECK_EQ(pthread_sigmask(SIG_UNBLOCK, &b, NULL), 0);
+	} else if (kind == 1) {
+		CHECK_EQ(pthread_sigmask(SIG_BLOCK, &b, &saved), 0);
+		CHECK(sigismember(&saved, SIGTERM)); /* the handler's mask: everything */
+		CHECK_EQ(pthread_sigmask(SIG_SETMASK, &saved, NULL), 0);
+	} else {
+		CHECK_EQ(sigprocmask(SIG_BLOCK, &b, NULL), 0);
+	}
 }
-
+static void on_usr1(int s)
+{
+	(void)s;
+	usr1_handler(0);
+}
+static void on_usr1_setmask(int s)
+{
+	(void)s;
+	usr1_handler(1);
+}
 static void on_usr1_leave_blocked(int s)
 {
 	(void)s;
-	hits++;
-	sigset_t b;
-	sigemptyset(&b);
-	sigaddset(&b, SIGUSR2);
-	CHECK_EQ(sigprocmask(SIG_BLOCK, &b, NULL), 0);
+	usr1_handler(2);
 }
 
 static void *nop(void *a)

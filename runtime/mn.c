@@ -512,7 +512,10 @@ void rt_mn_spawn_enter(struct rt_mn_spawn *s)
 	sigemptyset(&pre);
 	if (rt_state.preempt_sig)
 		sigaddset(&pre, rt_state.preempt_sig);
-	/* Raw: the ULT's recorded mask stays as it is (the thread's only changes until leave). */
+	/* Raw: the ULT's recorded mask stays as it is (the thread's only changes until leave);
+	 * a switch meanwhile (a contended lock in the call) must not take the thread's mask for
+	 * the record. */
+	rt_ult_sigmask_unknown();
 	syscall(SYS_rt_sigprocmask, SIG_BLOCK, &pre, &s->mask, _NSIG / 8);
 	CPU_ZERO(&s->cpus);
 	if (syscall(SYS_sched_getaffinity, 0, sizeof(s->cpus), &s->cpus) > 0)
@@ -528,6 +531,7 @@ void rt_mn_spawn_leave(const struct rt_mn_spawn *s)
 	int e = errno;
 	if (CPU_COUNT(&s->cpus))
 		syscall(SYS_sched_setaffinity, 0, sizeof(s->cpus), &s->cpus);
+	rt_ult_sigmask_unknown();
 	syscall(SYS_rt_sigprocmask, SIG_SETMASK, &s->mask, NULL, _NSIG / 8);
 	errno = e;
 }
@@ -596,6 +600,68 @@ EXPORT int sigprocmask(int how, const sigset_t *set, sigset_t *old)
 		return -1;
 	}
 	return 0;
+}
+
+/* ---------------------------------------------------------------- non-local jumps */
+
+/*
+ * siglongjmp restores the mask sigsetjmp saved with a system call of glibc's own, not through
+ * sigprocmask (longjmp and _longjmp are the same function in glibc; __longjmp_chk is
+ * _FORTIFY_SOURCE's): the ULT's record follows the jump here, before it is made
+ * (rt_ult_sigmask_jump). The C names differ from the symbols they define: with
+ * _FORTIFY_SOURCE, <setjmp.h> renames longjmp to __longjmp_chk. The real functions are looked
+ * up when the preload is loaded: a jump out of a signal handler must not be the first call,
+ * which would run dlsym inside the handler.
+ */
+typedef void (*jump_fn)(struct __jmp_buf_tag *, int);
+static jump_fn real_siglongjmp, real_longjmp_chk;
+
+__attribute__((constructor)) static void jumps_init(void)
+{
+	real_siglongjmp = (jump_fn)dlsym(RTLD_NEXT, "siglongjmp");
+	real_longjmp_chk = (jump_fn)dlsym(RTLD_NEXT, "__longjmp_chk");
+}
+
+static inline void jump_mask(const struct __jmp_buf_tag *env)
+{
+	if (unlikely(env->__mask_was_saved) && self_ult() && rt_state.ult_tls) {
+		uint64_t m;
+		memcpy(&m, &env->__saved_mask, sizeof(m));
+		rt_ult_sigmask_jump(m);
+	}
+}
+
+EXPORT __attribute__((noreturn)) void mn_siglongjmp(struct __jmp_buf_tag *env,
+						    int val) __asm__("siglongjmp");
+EXPORT __attribute__((noreturn)) void mn_longjmp(struct __jmp_buf_tag *env,
+						 int val) __asm__("longjmp");
+EXPORT __attribute__((noreturn)) void mn__longjmp(struct __jmp_buf_tag *env,
+						  int val) __asm__("_longjmp");
+EXPORT __attribute__((noreturn)) void mn_longjmp_chk(struct __jmp_buf_tag *env,
+						     int val) __asm__("__longjmp_chk");
+
+void mn_siglongjmp(struct __jmp_buf_tag *env, int val)
+{
+	jump_mask(env);
+	real_siglongjmp(env, val);
+	__builtin_unreachable();
+}
+
+void mn_longjmp(struct __jmp_buf_tag *env, int val)
+{
+	mn_siglongjmp(env, val);
+}
+
+void mn__longjmp(struct __jmp_buf_tag *env, int val)
+{
+	mn_siglongjmp(env, val);
+}
+
+void mn_longjmp_chk(struct __jmp_buf_tag *env, int val)
+{
+	jump_mask(env);
+	real_longjmp_chk(env, val);
+	__builtin_unreachable();
 }
 
 /* ---------------------------------------------------------------- yield, CPU, sleep */

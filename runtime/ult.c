@@ -286,6 +286,10 @@ int rt_ult_sigmask(int how, const uint64_t *set, uint64_t *oldp)
 		return EINVAL;
 	if (set && how != SIG_UNBLOCK)
 		add = *set & ~sigmask_ours();
+	/* The mask of the thread the caller runs on now, before an entry can move the ULT (its
+	 * thread lost its worker) and load the record where it resumes: a handler's mask is
+	 * seen here, or, if no move comes, in the section. */
+	uint64_t pre = rt_kernel_sigmask();
 	{
 		PVRT_RT_SCOPE();
 		syscall(SYS_rt_sigprocmask, SIG_BLOCK, add ? &add : NULL, &old, 8);
@@ -294,9 +298,12 @@ int rt_ult_sigmask(int how, const uint64_t *set, uint64_t *oldp)
 					  : how == SIG_UNBLOCK ? old & ~*set
 							       : add;
 			unblock = old & ~kernel;
-			if (old == u->sigmask) /* not inside a signal handler */
+			bool in_handler = pre != u->sigmask || old != u->sigmask;
+			if (!in_handler)
 				u->sigmask = kernel & ~sigmask_ours();
-			rt_worker_cur()->sigmask = unblock ? SIGMASK_UNKNOWN : kernel;
+			/* Unknown also after a handler's change: its return restores another mask.
+			 */
+			rt_worker_cur()->sigmask = unblock || in_handler ? SIGMASK_UNKNOWN : kernel;
 		}
 	}
 	if (unblock)
@@ -304,6 +311,28 @@ int rt_ult_sigmask(int how, const uint64_t *set, uint64_t *oldp)
 	if (oldp)
 		*oldp = old;
 	return 0;
+}
+
+/*
+ * A jump to a point whose mask sigsetjmp saved makes that mask the thread's (POSIX), inside a
+ * signal handler or not: the usual jump out of a handler lands where the handler's mask no
+ * longer applies. (A jump to a point saved inside the same handler would record the handler's
+ * mask; rare.) The cache says unknown: the jump's own system call comes after the section.
+ */
+void rt_ult_sigmask_jump(uint64_t m)
+{
+	PVRT_RT_SCOPE();
+	rt_tls_ult->sigmask = m & ~sigmask_ours();
+	rt_worker_cur()->sigmask = SIGMASK_UNKNOWN;
+}
+
+/* The calling ULT's thread mask changes behind the record (rt_mn_spawn_enter/leave). */
+void rt_ult_sigmask_unknown(void)
+{
+	PVRT_RT_SCOPE();
+	struct rt_worker *w = rt_worker_cur();
+	if (w)
+		w->sigmask = SIGMASK_UNKNOWN;
 }
 
 void rt_ult_sigmask_changed(uint64_t m)

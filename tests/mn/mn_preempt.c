@@ -14,6 +14,11 @@
  *          the runtime does not see) changes its signal mask while main spins: the change is
  *          the caller's alone (main keeps its mask and stays preemptible), and a signal left
  *          pending while blocked is delivered when it is unblocked
+ *   handler_cache  a handler leaves a signal blocked (its return restores the frame's mask):
+ *          a ULT whose own mask equals the handler's still runs with its own (the worker's
+ *          loaded-mask word must not keep the handler's)
+ *   handler_lost  a handler runs on a kernel thread that lost the worker (main blocked in a
+ *          read) and changes the mask there: the change is the handler's, not main's
  *   exec_spin  spin in a new image exec'd from a ULT (as `env prog` does): the exec wrapper
  *          blocks the preemption signal across execve and the mask is inherited
  * All hang without those (ctest label mn-preempt; see CMakeLists.txt).
@@ -89,6 +94,54 @@ static void *masker(void *a)
 	return a;
 }
 
+static uint64_t kmask(void)
+{
+	uint64_t m = 0;
+	CHECK_EQ(syscall(SYS_rt_sigprocmask, SIG_BLOCK, NULL, &m, 8), 0);
+	return m;
+}
+#define BIT(s) ((uint64_t)1 << ((s)-1))
+
+static void block_usr2(int s)
+{
+	(void)s;
+	sigset_t b;
+	sigemptyset(&b);
+	sigaddset(&b, SIGUSR2);
+	CHECK_EQ(sigprocmask(SIG_BLOCK, &b, NULL), 0);
+}
+
+static volatile int phase;
+static void *usr12_blocked(void *a)
+{
+	sigset_t s;
+	sigemptyset(&s);
+	sigaddset(&s, SIGUSR1);
+	sigaddset(&s, SIGUSR2);
+	CHECK_EQ(pthread_sigmask(SIG_BLOCK, &s, NULL), 0);
+	phase = 1;
+	while (phase < 2)
+		sched_yield();
+	CHECK_EQ(kmask() & (BIT(SIGUSR1) | BIT(SIGUSR2)), BIT(SIGUSR1) | BIT(SIGUSR2));
+	return a;
+}
+
+static int lost_pipe[2];
+static volatile pid_t main_tid;
+static void *kick_then_write(void *a)
+{
+	usleep(20000); /* main blocks in its read meanwhile, and loses worker 0 */
+	CHECK_EQ(syscall(SYS_tgkill, getpid(), main_tid, SIGUSR1), 0);
+	usleep(20000);
+	CHECK_EQ(write(lost_pipe[1], "x", 1), 1);
+	return a;
+}
+
+static void *nop_ult(void *a)
+{
+	return a;
+}
+
 int main(int argc, char **argv)
 {
 	pthread_t t;
@@ -123,6 +176,39 @@ int main(int argc, char **argv)
 			CHECK(!sigismember(&cur, SIGUSR1) && !sigismember(&cur, SIGUSR2));
 		}
 		printf("mn_preempt: mask_handoff ok\n");
+		return 0;
+	}
+	if (argc == 2 && !strcmp(argv[1], "handler_cache")) {
+		signal(SIGUSR1, block_usr2);
+		CHECK_EQ(pthread_create(&t, NULL, usr12_blocked, NULL), 0);
+		while (!phase)
+			sched_yield();
+		CHECK_EQ(pthread_kill(pthread_self(), SIGUSR1),
+			 0); /* returns with USR2 unblocked */
+		CHECK_EQ(kmask() & BIT(SIGUSR2), 0);
+		phase = 2;
+		CHECK_EQ(pthread_join(t, NULL), 0);
+		CHECK_EQ(kmask() & (BIT(SIGUSR1) | BIT(SIGUSR2)), 0);
+		printf("mn_preempt: handler_cache ok\n");
+		return 0;
+	}
+	if (argc == 2 && !strcmp(argv[1], "handler_lost")) {
+		struct sigaction sa;
+		memset(&sa, 0, sizeof(sa));
+		sa.sa_handler = block_usr2;
+		sa.sa_flags = SA_RESTART;
+		CHECK_EQ(sigaction(SIGUSR1, &sa, NULL), 0);
+		CHECK_EQ(pipe(lost_pipe), 0);
+		uint64_t before = kmask();
+		main_tid = (pid_t)syscall(SYS_gettid);
+		CHECK_EQ(pthread_create(&t, NULL, kick_then_write, NULL), 0);
+		char c;
+		CHECK_EQ(read(lost_pipe[0], &c, 1), 1);
+		CHECK_EQ(pthread_join(t, NULL), 0);
+		CHECK_EQ(pthread_create(&t, NULL, nop_ult, NULL), 0);
+		CHECK_EQ(pthread_join(t, NULL), 0); /* a switch loads main's record */
+		CHECK_EQ(kmask(), before);
+		printf("mn_preempt: handler_lost ok\n");
 		return 0;
 	}
 	if (argc == 2 && !strcmp(argv[1], "spin")) {
@@ -172,6 +258,8 @@ int main(int argc, char **argv)
 		printf("mn_preempt: main ok\n");
 		return 0;
 	}
-	fprintf(stderr, "usage: mn_preempt spin|spin_masked|mask_handoff|exec_spin|pipe|main\n");
+	fprintf(stderr,
+		"usage: mn_preempt "
+		"spin|spin_masked|mask_handoff|handler_cache|handler_lost|exec_spin|pipe|main\n");
 	return 2;
 }

@@ -11,6 +11,7 @@
 
 #include <pthread.h>
 #include <sched.h>
+#include <setjmp.h>
 #include <signal.h>
 #include <stdint.h>
 #include <string.h>
@@ -168,6 +169,32 @@ static void mask_in_handler(void)
 	signal(SIGUSR1, SIG_DFL);
 }
 
+/* siglongjmp back to a point whose saved mask differs from the mask at the jump: glibc loads
+ * it with its own system call, and the ULT's record must follow (a switch loads the record). */
+static void jump_restores_mask(void)
+{
+	static sigjmp_buf env;
+	uint64_t before = kmask();
+	sigset_t s;
+	sigemptyset(&s);
+	sigaddset(&s, SIGINT);
+	if (!sigsetjmp(env, 1)) {
+		CHECK_EQ(pthread_sigmask(SIG_BLOCK, &s, NULL), 0);
+		siglongjmp(env, 1);
+	}
+	CHECK_EQ(kmask(), before);
+	/* A later change of another signal, then switches, which load the record. */
+	sigset_t u;
+	sigemptyset(&u);
+	sigaddset(&u, SIGUSR1);
+	CHECK_EQ(pthread_sigmask(SIG_BLOCK, &u, NULL), 0);
+	CHECK_EQ(pthread_sigmask(SIG_UNBLOCK, &u, NULL), 0);
+	pthread_t t;
+	CHECK_EQ(pthread_create(&t, NULL, nop, NULL), 0);
+	CHECK_EQ(pthread_join(t, NULL), 0);
+	CHECK_EQ(kmask(), before);
+}
+
 int main(void)
 {
 	pthread_t t[16];
@@ -186,6 +213,7 @@ int main(void)
 		sched_yield();
 	alarms_while_joining();
 	mask_in_handler();
+	jump_restores_mask();
 	mn_check_ults(16);
 	printf("mn_signal: ok (%d alarms handled)\n", (int)alarms);
 	return 0;

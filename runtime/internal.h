@@ -591,9 +591,11 @@ void rt_ult_sigmask_changed(uint64_t m) PVRT_HIDDEN;
 /* pthread_sigmask for the calling ULT with per-ULT TLS (the first 64 signals; set and old may
  * be NULL): 0, or EINVAL for a bad how. */
 int rt_ult_sigmask(int how, const uint64_t *set, uint64_t *old) PVRT_HIDDEN;
-/* The calling ULT is about to load mask m with a raw system call (siglongjmp). */
+/* The calling ULT is about to load mask m with a raw system call (siglongjmp); blocks the
+ * preemption signal until then. */
 void rt_ult_sigmask_jump(uint64_t m) PVRT_HIDDEN;
-/* The calling ULT's thread mask is about to change behind its record: a switch must load it. */
+/* The calling ULT's thread mask changes behind its record, with the preemption signal blocked:
+ * a switch must load the mask. */
 void rt_ult_sigmask_unknown(void) PVRT_HIDDEN;
 
 /* If set (the M:N preload, before it creates ULTs): every ULT runs wrap(fn, arg) instead of

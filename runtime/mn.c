@@ -514,9 +514,11 @@ void rt_mn_spawn_enter(struct rt_mn_spawn *s)
 		sigaddset(&pre, rt_state.preempt_sig);
 	/* Raw: the ULT's recorded mask stays as it is (the thread's only changes until leave);
 	 * a switch meanwhile (a contended lock in the call) must not take the thread's mask for
-	 * the record. */
-	rt_ult_sigmask_unknown();
+	 * the record, so the loaded-mask word says unknown, once the signal is blocked (no
+	 * preemption reloads it before). No runtime entry: a vfork child runs this on its
+	 * parent's memory and thread pointer. */
 	syscall(SYS_rt_sigprocmask, SIG_BLOCK, &pre, &s->mask, _NSIG / 8);
+	rt_ult_sigmask_unknown();
 	CPU_ZERO(&s->cpus);
 	if (syscall(SYS_sched_getaffinity, 0, sizeof(s->cpus), &s->cpus) > 0)
 		syscall(SYS_sched_setaffinity, 0, sizeof(process_cpus), &process_cpus);
@@ -624,7 +626,7 @@ __attribute__((constructor)) static void jumps_init(void)
 
 static inline void jump_mask(const struct __jmp_buf_tag *env)
 {
-	if (unlikely(env->__mask_was_saved) && self_ult() && rt_state.ult_tls) {
+	if (unlikely(env->__mask_was_saved) && rt_state.ult_tls && self_ult()) {
 		uint64_t m;
 		memcpy(&m, &env->__saved_mask, sizeof(m));
 		rt_ult_sigmask_jump(m);
@@ -643,6 +645,8 @@ EXPORT __attribute__((noreturn)) void mn_longjmp_chk(struct __jmp_buf_tag *env,
 void mn_siglongjmp(struct __jmp_buf_tag *env, int val)
 {
 	jump_mask(env);
+	if (unlikely(!real_siglongjmp)) /* a constructor that ran before the preload's */
+		jumps_init();
 	real_siglongjmp(env, val);
 	__builtin_unreachable();
 }
@@ -660,6 +664,8 @@ void mn__longjmp(struct __jmp_buf_tag *env, int val)
 void mn_longjmp_chk(struct __jmp_buf_tag *env, int val)
 {
 	jump_mask(env);
+	if (unlikely(!real_longjmp_chk))
+		jumps_init();
 	real_longjmp_chk(env, val);
 	__builtin_unreachable();
 }

@@ -259,15 +259,17 @@ static uint64_t sigmask_ours(void)
 }
 
 /*
- * The mask change and its record happen in one runtime section, on the thread the caller runs
- * on: entering moves a ULT whose thread lost its worker (it blocked in the kernel) to a worker
- * first, and no switch can split the system call from the record. Only blocking happens inside
- * the section, though: unblocking may deliver a pending signal at once, and the program's
- * handler must not run inside the runtime (one that longjmps out would leave the depth raised;
- * one that waits for another ULT of this worker would never be left). So the record and the
- * worker's cached mask are settled in the section, and the unblocking system call comes after
- * it: a switch in between loads the new record wherever the ULT resumes, because the cache
- * says unknown until then.
+ * The mask change and its record happen on one thread with the preemption signal blocked: no
+ * kick can move the ULT between the system call and the record, and the record is the
+ * caller's own (rt_tls_ult), wherever it runs. No runtime entry either: a thread that lost its
+ * worker while the ULT blocked in the kernel keeps running it until its next entry, as after
+ * any blocking call (an entry here would move the ULT from inside a signal handler that may
+ * longjmp out, leaving the section's depth raised, or leave the thread at home where a
+ * process-directed signal's handler could jump back into the ULT). The worker's loaded-mask
+ * word is marked unknown (the next switch loads whatever mask it needs); on a worker that has
+ * gone to a spare meanwhile that costs the spare a reload, nothing more. The last call sets
+ * the mask asked for and unblocks the preemption signal again: a pending signal it unblocks
+ * runs its handler there, outside the runtime.
  *
  * Outside the program's signal handlers the thread's mask is the ULT's record (a switch loads
  * it). Inside one the kernel has added the handler's own mask, and the handler's return
@@ -281,33 +283,25 @@ static uint64_t sigmask_ours(void)
 int rt_ult_sigmask(int how, const uint64_t *set, uint64_t *oldp)
 {
 	struct pvrt_ult *u = rt_tls_ult;
-	uint64_t old = 0, add = 0, unblock = 0;
-	if (set && how != SIG_BLOCK && how != SIG_UNBLOCK && how != SIG_SETMASK)
-		return EINVAL;
-	if (set && how != SIG_UNBLOCK)
-		add = *set & ~sigmask_ours();
-	/* The mask of the thread the caller runs on now, before an entry can move the ULT (its
-	 * thread lost its worker) and load the record where it resumes: a handler's mask is
-	 * seen here, or, if no move comes, in the section. */
-	uint64_t pre = rt_kernel_sigmask();
-	{
-		PVRT_RT_SCOPE();
-		syscall(SYS_rt_sigprocmask, SIG_BLOCK, add ? &add : NULL, &old, 8);
-		if (set) {
-			uint64_t kernel = how == SIG_BLOCK     ? old | add
-					  : how == SIG_UNBLOCK ? old & ~*set
-							       : add;
-			unblock = old & ~kernel;
-			bool in_handler = pre != u->sigmask || old != u->sigmask;
-			if (!in_handler)
-				u->sigmask = kernel & ~sigmask_ours();
-			/* Unknown also after a handler's change: its return restores another mask.
-			 */
-			rt_worker_cur()->sigmask = unblock || in_handler ? SIGMASK_UNKNOWN : kernel;
-		}
+	uint64_t old = 0;
+	if (!set) {
+		syscall(SYS_rt_sigprocmask, SIG_BLOCK, NULL, &old, 8);
+		if (oldp)
+			*oldp = old;
+		return 0;
 	}
-	if (unblock)
-		syscall(SYS_rt_sigprocmask, SIG_UNBLOCK, &unblock, NULL, 8);
+	if (how != SIG_BLOCK && how != SIG_UNBLOCK && how != SIG_SETMASK)
+		return EINVAL;
+	uint64_t add = how != SIG_UNBLOCK ? *set & ~sigmask_ours() : 0;
+	uint64_t hold = add;
+	if (rt_state.preempt_sig)
+		hold |= SIGBIT(rt_state.preempt_sig);
+	syscall(SYS_rt_sigprocmask, SIG_BLOCK, &hold, &old, 8);
+	uint64_t kernel = how == SIG_BLOCK ? old | add : how == SIG_UNBLOCK ? old & ~*set : add;
+	if (old == u->sigmask) /* not inside a signal handler */
+		u->sigmask = kernel & ~sigmask_ours();
+	rt_ult_sigmask_unknown();
+	syscall(SYS_rt_sigprocmask, SIG_SETMASK, &kernel, NULL, 8);
 	if (oldp)
 		*oldp = old;
 	return 0;
@@ -317,20 +311,28 @@ int rt_ult_sigmask(int how, const uint64_t *set, uint64_t *oldp)
  * A jump to a point whose mask sigsetjmp saved makes that mask the thread's (POSIX), inside a
  * signal handler or not: the usual jump out of a handler lands where the handler's mask no
  * longer applies. (A jump to a point saved inside the same handler would record the handler's
- * mask; rare.) The cache says unknown: the jump's own system call comes after the section.
+ * mask; rare.) No runtime entry here: the jump may leave a handler that interrupted the runtime,
+ * or run on a thread that lost its worker (an entry would move the ULT, and the handler's frame
+ * on this thread's alternate stack with it). Instead the preemption signal is blocked until the
+ * jump loads m, so that nothing moves the ULT in between; a thread that lost its worker gives
+ * the ULT up at its next entry, as after any blocking call. The worker's loaded-mask word says
+ * unknown (a stale worker's only costs it a reload).
  */
 void rt_ult_sigmask_jump(uint64_t m)
 {
-	PVRT_RT_SCOPE();
+	if (rt_state.preempt_sig) {
+		uint64_t b = SIGBIT(rt_state.preempt_sig);
+		syscall(SYS_rt_sigprocmask, SIG_BLOCK, &b, NULL, 8);
+	}
 	rt_tls_ult->sigmask = m & ~sigmask_ours();
-	rt_worker_cur()->sigmask = SIGMASK_UNKNOWN;
+	rt_ult_sigmask_unknown();
 }
 
-/* The calling ULT's thread mask changes behind the record (rt_mn_spawn_enter/leave). */
+/* No runtime entry (see above): the caller has the preemption signal blocked, or is about to
+ * load a mask with it blocked (rt_mn_spawn_enter/leave). */
 void rt_ult_sigmask_unknown(void)
 {
-	PVRT_RT_SCOPE();
-	struct rt_worker *w = rt_worker_cur();
+	struct rt_worker *w = rt_tls_worker;
 	if (w)
 		w->sigmask = SIGMASK_UNKNOWN;
 }

@@ -19,6 +19,9 @@
  *          loaded-mask word must not keep the handler's)
  *   handler_lost  a handler runs on a kernel thread that lost the worker (main blocked in a
  *          read) and changes the mask there: the change is the handler's, not main's
+ *   alarm_jump  a read timed out by SIGALRM and siglongjmp (the classic timeout), 20 times,
+ *          beside a spinning thread: the read blocks the kernel thread, which loses the worker,
+ *          the handler jumps back into the ULT on that thread, and all goes on from there
  *   exec_spin  spin in a new image exec'd from a ULT (as `env prog` does): the exec wrapper
  *          blocks the preemption signal across execve and the mask is inherited
  * All hang without those (ctest label mn-preempt; see CMakeLists.txt).
@@ -26,10 +29,12 @@
 #include "mn_check.h"
 
 #include <errno.h>
+#include <setjmp.h>
 #include <signal.h>
 #include <pthread.h>
 #include <string.h>
 #include <sys/syscall.h>
+#include <sys/time.h>
 #include <unistd.h>
 #include <linux/futex.h>
 
@@ -142,6 +147,49 @@ static void *nop_ult(void *a)
 	return a;
 }
 
+static sigjmp_buf alarm_env;
+static void alarm_jump(int s)
+{
+	(void)s;
+	siglongjmp(alarm_env, 1);
+}
+
+static volatile int spin_stop;
+static void *spin_until_stop(void *a)
+{
+	while (!spin_stop)
+		;
+	return a;
+}
+
+static void *timed_reads(void *a)
+{
+	int p[2];
+	CHECK_EQ(pipe(p), 0);
+	sigset_t s;
+	sigemptyset(&s);
+	sigaddset(&s, SIGALRM);
+	CHECK_EQ(pthread_sigmask(SIG_UNBLOCK, &s, NULL), 0);
+	int timeouts = 0;
+	for (int i = 0; i < 20; i++) {
+		if (sigsetjmp(alarm_env, 1) == 0) {
+			struct itimerval it = {{0, 0}, {0, 20000}};
+			CHECK_EQ(setitimer(ITIMER_REAL, &it, NULL), 0);
+			char c;
+			CHECK(read(p[0], &c, 1) < 0); /* never returns: the alarm jumps out */
+		} else {
+			timeouts++;
+		}
+		sigset_t cur;
+		CHECK_EQ(pthread_sigmask(SIG_SETMASK, NULL, &cur), 0);
+		CHECK(!sigismember(&cur, SIGALRM));
+	}
+	CHECK_EQ(timeouts, 20);
+	close(p[0]);
+	close(p[1]);
+	return a;
+}
+
 int main(int argc, char **argv)
 {
 	pthread_t t;
@@ -209,6 +257,21 @@ int main(int argc, char **argv)
 		CHECK_EQ(pthread_join(t, NULL), 0); /* a switch loads main's record */
 		CHECK_EQ(kmask(), before);
 		printf("mn_preempt: handler_lost ok\n");
+		return 0;
+	}
+	if (argc == 2 && !strcmp(argv[1], "alarm_jump")) {
+		signal(SIGALRM, alarm_jump);
+		sigset_t s;
+		sigemptyset(&s);
+		sigaddset(&s, SIGALRM);
+		CHECK_EQ(pthread_sigmask(SIG_BLOCK, &s, NULL), 0); /* only the reader takes it */
+		pthread_t r;
+		CHECK_EQ(pthread_create(&t, NULL, spin_until_stop, NULL), 0);
+		CHECK_EQ(pthread_create(&r, NULL, timed_reads, NULL), 0);
+		CHECK_EQ(pthread_join(r, NULL), 0);
+		spin_stop = 1;
+		CHECK_EQ(pthread_join(t, NULL), 0);
+		printf("mn_preempt: alarm_jump ok\n");
 		return 0;
 	}
 	if (argc == 2 && !strcmp(argv[1], "spin")) {

@@ -598,6 +598,28 @@ void rt_ult_sigmask_jump(uint64_t m) PVRT_HIDDEN;
  * a switch must load the mask. */
 void rt_ult_sigmask_unknown(void) PVRT_HIDDEN;
 
+/* sigmask.c: the masks of the live ULTs (M:N mode), counted so that threads without a ULT block
+ * what every ULT blocks. ref/unref a ULT's mask at its birth and death, move at a change. */
+void rt_sigmask_reset(void) PVRT_HIDDEN;
+/* What every live ULT blocks (atomic): the mask of a context that runs no ULT. */
+extern uint64_t rt_sigmask_common PVRT_HIDDEN;
+void rt_sigmask_ref(uint64_t m) PVRT_HIDDEN;
+void rt_sigmask_unref(uint64_t m) PVRT_HIDDEN;
+void rt_sigmask_move(uint64_t from, uint64_t to) PVRT_HIDDEN;
+/* A worker without a ULT (polling, about to park, woken while parked): load the intersection of
+ * the ULTs' masks if it changed. */
+void rt_sigmask_load(struct rt_worker *w, uint64_t m) PVRT_HIDDEN;
+static inline void rt_sigmask_idle(struct rt_worker *w)
+{
+	if (__builtin_expect(rt_state.ult_tls, 0)) {
+		uint64_t m = __atomic_load_n(&rt_sigmask_common, __ATOMIC_SEQ_CST);
+		if (m != w->sigmask)
+			rt_sigmask_load(w, m);
+	}
+}
+/* An M about to wait for a worker: block the program's signals. */
+void rt_sigmask_m_idle(void) PVRT_HIDDEN;
+
 /* If set (the M:N preload, before it creates ULTs): every ULT runs wrap(fn, arg) instead of
  * fn(arg), and exits with its result. */
 extern void *(*rt_ult_entry_wrap)(void *(*fn)(void *), void *arg)PVRT_HIDDEN;

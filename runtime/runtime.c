@@ -270,6 +270,9 @@ int pvrt_init(const struct pvrt_config *c)
 		goto nomem;
 	}
 	rt_ult_init_primary(p);
+	rt_sigmask_reset();
+	if (rt_state.ult_tls)
+		rt_sigmask_ref(p->sigmask);
 	rt_state.primary = p;
 	size_t ps = rt_page_size();
 	w0->sched.san.bottom = (char *)sched0_stack + ps;

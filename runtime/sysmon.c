@@ -212,6 +212,10 @@ void rt_m_idle(struct rt_m *m)
 			__atomic_add_fetch(&rt_state.spares_seq, 1, __ATOMIC_RELEASE);
 			os_futex_wake(&rt_state.spares_seq, INT32_MAX);
 		}
+		/* Per-ULT masks: no program signal for a thread without a worker (sigmask.c).
+		 * take() leaves the loaded-mask word to say what is loaded. */
+		if (rt_state.ult_tls)
+			rt_sigmask_m_idle();
 		struct rt_worker *w = wait_given(m);
 		if (!w)
 			return;
@@ -224,7 +228,10 @@ static void *spare_main(void *arg)
 	struct rt_m *m = arg;
 	/* Named before it takes a worker (the creator names it too, for top -H at once). */
 	prctl(PR_SET_NAME, "pvrt-spare");
-	pthread_sigmask(SIG_SETMASK, rt_preempt_base_mask(), NULL);
+	if (rt_state.ult_tls)
+		rt_sigmask_m_idle(); /* until it takes a worker (rt_m_idle) */
+	else
+		pthread_sigmask(SIG_SETMASK, rt_preempt_base_mask(), NULL);
 	rt_m_register(m, false);
 	if (rt_state.segv_installed) {
 		m->altstack = mmap(NULL, ALTSTACK, PROT_READ | PROT_WRITE,
@@ -536,6 +543,14 @@ static void *sysmon_main(void *arg)
 	while (!__atomic_load_n(&sm_stop, __ATOMIC_ACQUIRE)) {
 		uint64_t now = os_now_ns();
 		bool busy = false, acted = false, waiting = false;
+		/* Work queued on a running worker while none is parked: a worker blocked in the
+		 * kernel is then handed off even with an empty queue of its own, so that its spare
+		 * steals that work (as Go's sysmon retakes a P in a system call when no P is idle):
+		 * else a ULT that blocks for good (a sigwait thread) halves a 2-worker runtime. */
+		bool backlog = false;
+		if (rt_state.handoff && !__atomic_load_n(&rt_state.nparked, __ATOMIC_RELAXED))
+			for (unsigned i = 0; i < rt_state.nw && !backlog; i++)
+				backlog = has_work(rt_state.w[i], now);
 		for (unsigned i = 0; i < rt_state.nw; i++) {
 			struct rt_worker *w = rt_state.w[i];
 			uint64_t sw = __atomic_load_n(&w->st_switches, __ATOMIC_RELAXED);
@@ -551,7 +566,7 @@ static void *sysmon_main(void *arg)
 			}
 			busy = true;
 			uint64_t stuck = now - w->sm_since;
-			if (!has_work(w, now))
+			if (!has_work(w, now) && !backlog)
 				continue;
 			waiting = true;
 			if (rt_state.handoff && stuck >= rt_state.handoff &&

@@ -130,11 +130,16 @@ static void switch_ctx(struct rt_worker *w, struct rt_ctxrec *from, struct pvrt_
 		rt_tls_name(tp, to);
 	if (unlikely(tp != w->cur_tp))
 		rt_tls_switch(w, tp);
-	/* Per-ULT signal masks (with per-ULT TLS): a system call only when the next ULT's mask
-	 * differs from the one loaded (the scheduler context keeps whatever is loaded). */
-	if (unlikely(rt_state.ult_tls) && to && to->sigmask != w->sigmask) {
-		syscall(SYS_rt_sigprocmask, SIG_SETMASK, &to->sigmask, NULL, 8);
-		w->sigmask = to->sigmask;
+	/* Per-ULT signal masks (with per-ULT TLS): a system call only when the next context's
+	 * mask differs from the one loaded. The scheduler context runs no ULT: it takes what
+	 * every live ULT blocks (sigmask.c), so that a signal they all block is not taken here. */
+	if (unlikely(rt_state.ult_tls)) {
+		uint64_t m =
+		    to ? to->sigmask : __atomic_load_n(&rt_sigmask_common, __ATOMIC_RELAXED);
+		if (m != w->sigmask) {
+			syscall(SYS_rt_sigprocmask, SIG_SETMASK, &m, NULL, 8);
+			w->sigmask = m;
+		}
 	}
 	/* ld.so's locks go with the context that holds them (tls.h): a ULT that waits inside
 	 * dlopen (a library constructor taking a contended lock) resumes on whichever kernel thread
@@ -298,8 +303,11 @@ int rt_ult_sigmask(int how, const uint64_t *set, uint64_t *oldp)
 		hold |= SIGBIT(rt_state.preempt_sig);
 	syscall(SYS_rt_sigprocmask, SIG_BLOCK, &hold, &old, 8);
 	uint64_t kernel = how == SIG_BLOCK ? old | add : how == SIG_UNBLOCK ? old & ~*set : add;
-	if (old == u->sigmask) /* not inside a signal handler */
-		u->sigmask = kernel & ~sigmask_ours();
+	if (old == u->sigmask) { /* not inside a signal handler */
+		uint64_t rec = kernel & ~sigmask_ours();
+		rt_sigmask_move(u->sigmask, rec);
+		u->sigmask = rec;
+	}
 	rt_ult_sigmask_unknown();
 	syscall(SYS_rt_sigprocmask, SIG_SETMASK, &kernel, NULL, 8);
 	if (oldp)
@@ -324,7 +332,10 @@ void rt_ult_sigmask_jump(uint64_t m)
 		uint64_t b = SIGBIT(rt_state.preempt_sig);
 		syscall(SYS_rt_sigprocmask, SIG_BLOCK, &b, NULL, 8);
 	}
-	rt_tls_ult->sigmask = m & ~sigmask_ours();
+	struct pvrt_ult *u = rt_tls_ult;
+	uint64_t rec = m & ~sigmask_ours();
+	rt_sigmask_move(u->sigmask, rec);
+	u->sigmask = rec;
 	rt_ult_sigmask_unknown();
 }
 
@@ -341,6 +352,8 @@ void rt_ult_sigmask_changed(uint64_t m)
 {
 	struct rt_worker *w = rt_worker_cur();
 	if (w && w->cur) {
+		if (rt_state.ult_tls)
+			rt_sigmask_move(w->cur->sigmask, m);
 		w->cur->sigmask = m;
 		w->sigmask = m;
 	}
@@ -434,6 +447,8 @@ __attribute__((noreturn)) static void ult_exit(struct pvrt_ult *self, void *ret)
 {
 	if (self->tp)
 		rt_tls_exit();
+	if (rt_state.ult_tls)
+		rt_sigmask_unref(__atomic_load_n(&self->sigmask, __ATOMIC_RELAXED));
 	if (self->keys)
 		rt_keys_run_destructors(&self->keys);
 	self->ret = ret;
@@ -652,6 +667,7 @@ static inline __attribute__((always_inline)) int create(pvrt_thread_t *out, void
 		/* As a thread, it inherits its creator's signal mask. */
 		struct pvrt_ult *cu = w ? w->cur : NULL;
 		u->sigmask = cu ? cu->sigmask : rt_kernel_sigmask();
+		rt_sigmask_ref(u->sigmask);
 	}
 	u->flags = detached ? ULT_F_DETACHED : 0;
 	__atomic_store_n(&u->bound, bound, __ATOMIC_RELAXED);

@@ -77,6 +77,7 @@ static void idle(struct rt_worker *w)
 			 * block), and reading its ring's lines at every turn makes each of its
 			 * queue operations a cache miss and sends us to steal what it then takes.
 			 */
+			rt_sigmask_idle(w); /* a change of what all ULTs block (sigmask.c) */
 			bool look = now - others >= POLL_OTHERS_NS;
 			if (look)
 				others = now;
@@ -114,6 +115,9 @@ static void idle(struct rt_worker *w)
 		pvhint_thread_park(rt_state.hint);
 		/* Acquire: a waker's queue writes are visible once we see its 1->0. */
 		while (__atomic_load_n(&w->park_word, __ATOMIC_ACQUIRE) == 1) {
+			/* Per-ULT masks: parked, take only the signals some ULT accepts
+			 * (sigmask.c), again after a wake-up that a new intersection sent. */
+			rt_sigmask_idle(w);
 			kpark(&w->park_word, dl);
 			if (dl != UINT64_MAX && os_now_ns() >= dl)
 				break;

@@ -5,7 +5,7 @@
  * between workers; a new thread inherits its creator's mask; a process-directed signal is
  * handled by a thread that does not block it; a handler that sleeps (nanosleep is
  * async-signal-safe) works wherever the signal lands, also in a worker's scheduler context
- * while every thread waits.
+ * while every thread waits; a sigwait thread gets the signals that every other thread blocks.
  */
 #include "mn_check.h"
 
@@ -169,6 +169,57 @@ static void mask_in_handler(void)
 	signal(SIGUSR1, SIG_DFL);
 }
 
+/*
+ * A daemon's shape: every thread blocks SIGUSR1 and SIGTERM, and one waits for them in sigwait
+ * while the others sleep (so workers park and the waiter's blocked worker is handed to a spare).
+ * Kernel threads that run no ULT must not take them: the default action would end the process.
+ */
+static void *sigwaiter(void *a)
+{
+	const sigset_t *s = a;
+	int sig;
+	long n = 0;
+	for (;;) {
+		CHECK_EQ(sigwait(s, &sig), 0);
+		if (sig == SIGTERM)
+			return (void *)n;
+		CHECK_EQ(sig, SIGUSR1);
+		n++;
+	}
+}
+
+static void *sleeper(void *a)
+{
+	CHECK(kmask() & BIT(SIGUSR1)); /* inherited */
+	for (int i = 0; i < 40; i++)
+		usleep(1000);
+	return a;
+}
+
+static void sigwait_thread(void)
+{
+	sigset_t s, old;
+	sigemptyset(&s);
+	sigaddset(&s, SIGUSR1);
+	sigaddset(&s, SIGTERM);
+	CHECK_EQ(pthread_sigmask(SIG_BLOCK, &s, &old), 0);
+	pthread_t w, t[3];
+	CHECK_EQ(pthread_create(&w, NULL, sigwaiter, &s), 0);
+	for (int i = 0; i < 3; i++)
+		CHECK_EQ(pthread_create(&t[i], NULL, sleeper, NULL), 0);
+	for (int i = 0; i < 100; i++) {
+		CHECK_EQ(kill(getpid(), SIGUSR1), 0);
+		usleep(500);
+	}
+	CHECK_EQ(kill(getpid(), SIGTERM), 0);
+	void *n;
+	CHECK_EQ(pthread_join(w, &n), 0);
+	CHECK((long)n >= 1); /* standard signals sent while one is pending merge */
+	for (int i = 0; i < 3; i++)
+		CHECK_EQ(pthread_join(t[i], NULL), 0);
+	CHECK_EQ(pthread_sigmask(SIG_SETMASK, &old, NULL), 0);
+}
+
 /* siglongjmp back to a point whose saved mask differs from the mask at the jump: glibc loads
  * it with its own system call, and the ULT's record must follow (a switch loads the record). */
 static void jump_restores_mask(void)
@@ -214,6 +265,7 @@ int main(void)
 	alarms_while_joining();
 	mask_in_handler();
 	jump_restores_mask();
+	sigwait_thread();
 	mn_check_ults(16);
 	printf("mn_signal: ok (%d alarms handled)\n", (int)alarms);
 	return 0;

@@ -1,0 +1,178 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Where process-directed signals land in M:N mode (per-ULT signal masks, ult.c).
+ *
+ * The kernel delivers a process-directed signal to any of the process's kernel threads that does
+ * not block it. With pthreads those are the program's threads; here they are also the threads
+ * that run no ULT at the moment: parked workers, spares and Ms waiting for a worker. Left with
+ * the mask the process started with, such a thread took the signals that every one of the
+ * program's threads blocks: a program that blocks SIGTERM and SIGUSR1 in all its threads and
+ * waits for them in a sigwait thread (the usual shape of a daemon) was killed by the first
+ * `kill -USR1` whenever a spare was waiting.
+ *
+ * So a thread without a ULT blocks what every live ULT blocks, and only that: the intersection
+ * of the live ULTs' masks. A signal some ULT accepts still reaches a parked worker at once (a
+ * Ctrl-C with the default action ends an idle program as it would with pthreads); a signal
+ * every ULT blocks stays pending for the ULT that waits for it (sigwait) or unblocks it. Ms
+ * waiting for a worker block all the program's signals: parked workers stand for them (each
+ * worker parks with the intersection loaded), and an M is woken for a hand-off only.
+ *
+ * The intersection comes from a small table of the distinct masks live ULTs have, each with a
+ * count of the ULTs that have it (programs use one or two masks). Counting is lock-free (a
+ * signal handler may change the mask of the ULT it interrupted, inside a create or an exit): a
+ * slot's mask is set once, by a CAS from EMPTY, and never changes; its count moves by atomic
+ * adds. A count that moves between 0 and 1 recomputes the intersection, and a new value wakes
+ * the parked workers to load it (their park loop compares the loaded mask with it). Masks
+ * beyond the table's slots count in 'other', which stands for a mask that blocks nothing (the
+ * fallback: every thread without a ULT accepts every signal, as before this table).
+ */
+#define _GNU_SOURCE
+#include "internal.h"
+
+#include <signal.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#define SLOTS 8
+#define SIGBIT(sig) ((uint64_t)1 << ((sig)-1))
+#define EMPTY (~(uint64_t)0) /* no record holds it: SIGKILL and SIGSTOP are never recorded */
+
+static struct {
+	uint64_t mask;
+	uint32_t refs;
+} tab[SLOTS];
+static uint32_t other;
+uint64_t rt_sigmask_common; /* the intersection; 0 until a ULT is counted */
+
+/* pvrt_init, before the primary counts itself: no ULT lives (a fork child forgets the parent's). */
+void rt_sigmask_reset(void)
+{
+	for (int i = 0; i < SLOTS; i++) {
+		tab[i].mask = EMPTY;
+		tab[i].refs = 0;
+	}
+	other = 0;
+	rt_sigmask_common = 0;
+}
+
+static uint64_t intersect(void)
+{
+	/* Relaxed: a racing count change recomputes after its own add (see settle). */
+	if (__atomic_load_n(&other, __ATOMIC_RELAXED))
+		return 0;
+	uint64_t m = EMPTY;
+	for (int i = 0; i < SLOTS; i++)
+		if (__atomic_load_n(&tab[i].refs, __ATOMIC_RELAXED))
+			m &= __atomic_load_n(&tab[i].mask, __ATOMIC_RELAXED);
+	return m == EMPTY ? 0 : m;
+}
+
+/* A count crossed 0: store the intersection until it stays what we computed (two racing
+ * crossings: the one that stores last has checked after its store), then wake the parked workers
+ * to load it. Lock-free and async-signal-safe. */
+static void settle(void)
+{
+	uint64_t m, old = __atomic_load_n(&rt_sigmask_common, __ATOMIC_RELAXED);
+	do {
+		m = intersect();
+		__atomic_store_n(&rt_sigmask_common, m, __ATOMIC_SEQ_CST);
+	} while (intersect() != m);
+	if (m == old || !rt_state.w)
+		return;
+	/* A parked worker wakes (a futex wake alone would be lost on a worker between its look
+	 * at the mask and its wait), finds no work and parks again with the new mask loaded; a
+	 * polling one looks at every turn. The seq_cst store above and the park word's seq_cst
+	 * load in rt_wake_worker pair with the worker's park_word store and its load of the
+	 * mask: one of the two sees the other. */
+	for (unsigned i = 0; i < rt_state.nw; i++)
+		if (rt_state.w[i])
+			rt_wake_worker(i);
+	/* Signals that every ULT now blocks: wait until no worker without a ULT accepts them, so
+	 * that the change that blocked them is whole when it returns, as with pthreads (a
+	 * program that blocks SIGUSR1, starts a sigwait thread and at once sends itself SIGUSR1
+	 * must not die by it; a woken worker takes tens of microseconds to reload). A worker
+	 * running a ULT has that ULT's mask loaded, or loads it before the ULT runs. Bounded:
+	 * a worker that stays stopped (the emulator holds it) is not waited for beyond 20 ms;
+	 * nor are workers during pvrt_init (not all started yet: each loads what it needs). */
+	uint64_t gained = m & ~old, t0 = 0;
+	if (!__atomic_load_n(&rt_state.running, __ATOMIC_ACQUIRE))
+		return;
+	for (unsigned i = 0; gained && i < rt_state.nw; i++) {
+		struct rt_worker *w = rt_state.w[i];
+		while (w && !__atomic_load_n(&w->cur, __ATOMIC_SEQ_CST) &&
+		       (__atomic_load_n(&w->sigmask, __ATOMIC_SEQ_CST) & gained) != gained) {
+			uint64_t now = os_now_ns();
+			if (!t0)
+				t0 = now;
+			if (now - t0 > 20000000 || __atomic_load_n(&rt_state.stop, __ATOMIC_RELAXED))
+				return;
+			os_yield();
+		}
+	}
+}
+
+void rt_sigmask_ref(uint64_t m)
+{
+	for (int i = 0; i < SLOTS; i++) {
+		uint64_t s = __atomic_load_n(&tab[i].mask, __ATOMIC_ACQUIRE);
+		if (s == EMPTY) {
+			/* Claim the slot for m; a racer that claimed it first may have m too. */
+			if (!__atomic_compare_exchange_n(&tab[i].mask, &s, m, false,
+							 __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE) &&
+			    s != m)
+				continue;
+		} else if (s != m) {
+			continue;
+		}
+		if (__atomic_fetch_add(&tab[i].refs, 1, __ATOMIC_SEQ_CST) == 0)
+			settle();
+		return;
+	}
+	if (__atomic_fetch_add(&other, 1, __ATOMIC_SEQ_CST) == 0)
+		settle();
+}
+
+void rt_sigmask_unref(uint64_t m)
+{
+	for (int i = 0; i < SLOTS; i++) {
+		if (__atomic_load_n(&tab[i].mask, __ATOMIC_ACQUIRE) != m)
+			continue;
+		/* Only a ULT that counted itself here uncounts, so the count is positive. */
+		if (__atomic_sub_fetch(&tab[i].refs, 1, __ATOMIC_SEQ_CST) == 0)
+			settle();
+		return;
+	}
+	if (__atomic_sub_fetch(&other, 1, __ATOMIC_SEQ_CST) == 0)
+		settle();
+}
+
+void rt_sigmask_move(uint64_t from, uint64_t to)
+{
+	if (from == to)
+		return;
+	rt_sigmask_ref(to); /* first: the intersection never drops both for a moment */
+	rt_sigmask_unref(from);
+}
+
+/*
+ * A worker without a ULT (its scheduler context: ult.c's switch loads it, the idle poll and the
+ * park loop look again) has the intersection loaded, so that it takes only the signals some ULT
+ * accepts. The preemption signal stays as it was (never
+ * in a record). A system call only when the loaded mask differs; the loaded-mask word then says
+ * what is loaded, and the next switch to a ULT loads that ULT's.
+ */
+void rt_sigmask_load(struct rt_worker *w, uint64_t m)
+{
+	syscall(SYS_rt_sigprocmask, SIG_SETMASK, &m, NULL, 8);
+	__atomic_store_n(&w->sigmask, m, __ATOMIC_SEQ_CST); /* settle() may wait for it */
+}
+
+/* An M without a worker: every signal the program may block, blocked (see above); not the
+ * preemption signal, nor glibc's two (SIGSETXID must reach every thread for setuid()). */
+void rt_sigmask_m_idle(void)
+{
+	uint64_t m = ~(SIGBIT(__SIGRTMIN) | SIGBIT(__SIGRTMIN + 1));
+	if (rt_state.preempt_sig)
+		m &= ~SIGBIT(rt_state.preempt_sig);
+	syscall(SYS_rt_sigprocmask, SIG_SETMASK, &m, NULL, 8);
+}

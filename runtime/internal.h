@@ -169,8 +169,10 @@ struct rt_worker {
 	void *post_arg;
 	struct rt_ctxrec sched; /* the scheduler context */
 	unsigned idx;
-	unsigned tick;	   /* scheduling decisions, to poll timers now and then */
-	unsigned inj_tick; /* local picks, to take the injection queue now and then */
+	unsigned tick;	     /* scheduling decisions, to poll timers now and then */
+	unsigned inj_tick;   /* local picks, to take the ring first now and then */
+	uint32_t timer_poke; /* sysmon saw timers due while ULTs run here (atomic; pick_next) */
+	uint32_t wake_front; /* timers firing: their wake-ups go ahead of the ring (queue.c) */
 	uint64_t rng[2];
 	struct pvrt_ult *pool; /* free descriptors, most with their stacks */
 	struct pvrt_ult *pool_last;

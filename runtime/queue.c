@@ -304,7 +304,10 @@ void rt_ult_ready_from(struct rt_worker *w, struct pvrt_ult *u)
 		if (target >= rt_state.nw)
 			target = w ? w->idx : 0;
 	}
-	if (w && target == w->idx)
+	/* A sleeper its timer wakes goes ahead of the ULTs that yielded or were preempted here:
+	 * into the injection queue, which picks take first (rt_local_next), as CFS favours a
+	 * wakee and Go's goready puts it in runnext. */
+	if (w && target == w->idx && !w->wake_front)
 		rt_requeue(w, u);
 	else
 		inject_to(w, target, u);
@@ -325,12 +328,14 @@ static void reroute(struct rt_worker *w, struct pvrt_ult *u)
 struct pvrt_ult *rt_local_next(struct rt_worker *w)
 {
 	for (;;) {
-		/* Every 16th pick takes the injection queue first: ULTs that yield to each other
-		 * keep the ring non-empty, and a ULT woken from another worker (or bound here)
-		 * would otherwise never run (as Go's scheduler checks its global queue every 61
-		 * ticks). */
+		/* The injection queue first: ULTs woken from other workers and sleepers whose
+		 * timers fired here wait there, and they run before the ULTs that yielded or were
+		 * preempted (the ring), as a woken thread runs soon under CFS; on a worker whose
+		 * ULTs compute they used to wait for 16 picks, a slice each. Every 16th pick takes
+		 * the ring first, so that ULTs waking each other through the injection queue do
+		 * not starve the ring. */
 		struct pvrt_ult *u = NULL;
-		if (unlikely((++w->inj_tick & 15) == 0))
+		if (likely((++w->inj_tick & 15) != 0))
 			u = inject_pop(w, false);
 		if (!u)
 			u = rt_state.nw == 1 ? ring_take_alone(&w->ring) : ring_take(&w->ring);

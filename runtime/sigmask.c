@@ -33,9 +33,9 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#define SLOTS 8
+#define SLOTS	    8
 #define SIGBIT(sig) ((uint64_t)1 << ((sig)-1))
-#define EMPTY (~(uint64_t)0) /* no record holds it: SIGKILL and SIGSTOP are never recorded */
+#define EMPTY	    (~(uint64_t)0) /* no record holds it: SIGKILL and SIGSTOP are never recorded */
 
 static struct {
 	uint64_t mask;
@@ -104,7 +104,8 @@ static void settle(void)
 			uint64_t now = os_now_ns();
 			if (!t0)
 				t0 = now;
-			if (now - t0 > 20000000 || __atomic_load_n(&rt_state.stop, __ATOMIC_RELAXED))
+			if (now - t0 > 20000000 ||
+			    __atomic_load_n(&rt_state.stop, __ATOMIC_RELAXED))
 				return;
 			os_yield();
 		}

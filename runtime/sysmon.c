@@ -77,6 +77,8 @@ __attribute__((noinline)) void rt_leave_slow(uint32_t depth)
 }
 
 #define ALTSTACK (64u * 1024)
+/* The slice of a ULT while woken work waits on its worker (ns): CFS's wake-up granularity. */
+#define WAKE_SLICE 1000000u
 
 static uint32_t sm_stop;
 
@@ -566,6 +568,15 @@ static void *sysmon_main(void *arg)
 			}
 			busy = true;
 			uint64_t stuck = now - w->sm_since;
+			/* Woken work waits here: a sleeper whose timer is due (the worker's next
+			 * pick must run its timers: poked) or a ULT in the injection queue (woken
+			 * from another worker). Those run first at the next pick (queue.c), and
+			 * the ULT running now is preempted after WAKE_SLICE instead of a slice,
+			 * as CFS lets a wakee preempt after its wake-up granularity (1 ms). */
+			bool due = rt_timers_due(w, now);
+			if (due)
+				__atomic_store_n(&w->timer_poke, 1, __ATOMIC_RELAXED);
+			bool woken = due || __atomic_load_n(&w->inj.n, __ATOMIC_RELAXED);
 			if (!has_work(w, now) && !backlog)
 				continue;
 			waiting = true;
@@ -586,10 +597,13 @@ static void *sysmon_main(void *arg)
 			 * must still reach the hand-off above (the retries used to restart the
 			 * count: test_rt_preempt's futexlock waited seconds for a kick to land
 			 * between two futex calls). */
-			if (rt_state.slice && stuck >= rt_state.slice && now >= w->sm_kick) {
+			uint64_t slice = rt_state.slice;
+			if (woken && slice > WAKE_SLICE)
+				slice = WAKE_SLICE;
+			if (slice && stuck >= slice && now >= w->sm_kick) {
 				__atomic_store_n(&w->preempt_seq, sw + 1, __ATOMIC_RELAXED);
 				rt_preempt_kick(w, m);
-				w->sm_kick = now + rt_state.slice / 4;
+				w->sm_kick = now + slice / 4;
 				acted = true;
 			}
 		}

@@ -140,6 +140,7 @@ unsigned rt_timers_run(struct rt_worker *w, uint64_t now)
 	rt_lock_acquire(&w->tlock);
 	if (w->armed <= now)
 		__atomic_fetch_add(&w->st_timer_fires, 1, __ATOMIC_RELAXED);
+	w->wake_front = 1; /* the sleepers it wakes run before ULTs that yielded (queue.c) */
 	while (w->nheap && w->heap[0]->deadline <= now) {
 		struct rt_timer *t = w->heap[0];
 		heap_remove(w, t);
@@ -147,6 +148,7 @@ unsigned rt_timers_run(struct rt_worker *w, uint64_t now)
 		t->fn(t);
 		n++;
 	}
+	w->wake_front = 0;
 	/* Arm the next deadline from here (both variants). */
 	arm(w, w->nheap ? w->heap[0]->deadline + rt_state.timer_slack : UINT64_MAX);
 	rt_lock_release(&w->tlock);

@@ -22,6 +22,11 @@
  *   alarm_jump  a read timed out by SIGALRM and siglongjmp (the classic timeout), 20 times,
  *          beside a spinning thread: the read blocks the kernel thread, which loses the worker,
  *          the handler jumps back into the ULT on that thread, and all goes on from there
+ *   sleep  100 sleeps of 1 ms beside three threads that compute on the same worker: each sleeper
+ *          runs soon after its timer (timers due are run at the next pick, which sysmon forces
+ *          after a wake-up slice, and a woken sleeper runs before ULTs that were preempted);
+ *          the sleeps took 0.64 s each before (timers looked at every 64th pick, a slice per
+ *          pick), so the whole loop must end within 30 s (about 0.2 s now)
  *   exec_spin  spin in a new image exec'd from a ULT (as `env prog` does): the exec wrapper
  *          blocks the preemption signal across execve and the mask is inherited
  * All hang without those (ctest label mn-preempt; see CMakeLists.txt).
@@ -35,10 +40,18 @@
 #include <string.h>
 #include <sys/syscall.h>
 #include <sys/time.h>
+#include <time.h>
 #include <unistd.h>
 #include <linux/futex.h>
 
 static volatile int flag;
+
+static void *computer(void *a)
+{
+	while (!flag)
+		;
+	return a;
+}
 
 static void *setter(void *a)
 {
@@ -197,6 +210,23 @@ int main(int argc, char **argv)
 		execl("/proc/self/exe", argv[0], "spin", (char *)NULL);
 		perror("mn_preempt: execl");
 		return 1;
+	}
+	if (argc == 2 && !strcmp(argv[1], "sleep")) {
+		pthread_t c[3];
+		for (int i = 0; i < 3; i++)
+			CHECK_EQ(pthread_create(&c[i], NULL, computer, NULL), 0);
+		struct timespec t0, t1;
+		clock_gettime(CLOCK_MONOTONIC, &t0);
+		for (int i = 0; i < 100; i++) {
+			CHECK_EQ(usleep(1000), 0);
+			clock_gettime(CLOCK_MONOTONIC, &t1);
+			CHECK(t1.tv_sec - t0.tv_sec < 30);
+		}
+		flag = 1;
+		for (int i = 0; i < 3; i++)
+			CHECK_EQ(pthread_join(c[i], NULL), 0);
+		printf("mn_preempt: sleep ok\n");
+		return 0;
 	}
 	if (argc == 2 && !strcmp(argv[1], "spin_masked")) {
 		sigset_t all, cur;

@@ -194,10 +194,11 @@ struct rt_worker {
 	unsigned vcpu;	     /* vCPU for hints */
 	pthread_t thread;
 	void *altstack;
-	void *tp;	  /* the kernel thread's own thread pointer */
-	void *cur_tp;	  /* the thread pointer loaded now */
-	int tid;	  /* the kernel thread's tid */
-	uint64_t sigmask; /* the kernel thread's signal mask now (per-ULT TLS mode) */
+	void *tp;	     /* the kernel thread's own thread pointer */
+	void *cur_tp;	     /* the thread pointer loaded now */
+	int tid;	     /* the kernel thread's tid */
+	uint64_t sigmask;    /* the kernel thread's signal mask now (per-ULT TLS mode) */
+	uint32_t sm_loading; /* reading rt_sigmask_common to load it (sigmask.c's wait) */
 
 	/* Timers: a binary min-heap under 'tlock'. */
 	struct rt_lock tlock PVRT_ALIGNED;
@@ -234,13 +235,15 @@ struct rt_m {
 	struct rt_ctxrec home;	   /* its scheduler context (saved there once it lost its worker) */
 	void *tp; /* its own thread pointer (M:N mode: the home context runs on it) */
 	pid_t tid;
-	int statfd;	/* /proc/thread-self/stat, read by sysmon; -1 */
-	int slot;	/* its thread slot (bpf hints): the record of a worker it runs */
-	int emu;	/* attached to the emulator (to its worker's vCPU, or parked) */
-	int emu_parked; /* parked there: it holds no worker (rt_m_emu_idle) */
-	int main;	/* the thread that called pvrt_init: only ever takes worker 0 back */
-	int spare;	/* started by sysmon */
-	int reserve;	/* a spare started ahead of need: joins the spares list once set up */
+	int statfd;	  /* /proc/thread-self/stat, read by sysmon; -1 */
+	int slot;	  /* its thread slot (bpf hints): the record of a worker it runs */
+	int emu;	  /* attached to the emulator (to its worker's vCPU, or parked) */
+	int emu_parked;	  /* parked there: it holds no worker (rt_m_emu_idle) */
+	uint32_t sm_idle; /* waiting for a worker with sm_mask loaded (sigmask.c) */
+	uint64_t sm_mask; /* the mask it loaded then */
+	int main;	  /* the thread that called pvrt_init: only ever takes worker 0 back */
+	int spare;	  /* started by sysmon */
+	int reserve;	  /* a spare started ahead of need: joins the spares list once set up */
 	pthread_t thread;
 	void *altstack;
 	struct rt_m *next; /* every M, under rt_state.mlock */
@@ -614,13 +617,17 @@ void rt_sigmask_load(struct rt_worker *w, uint64_t m) PVRT_HIDDEN;
 static inline void rt_sigmask_idle(struct rt_worker *w)
 {
 	if (__builtin_expect(rt_state.ult_tls, 0)) {
+		/* Seq_cst, and flagged while between the load and the store of w->sigmask:
+		 * sigmask.c's wait must not take the old word for what the thread will have. */
+		__atomic_store_n(&w->sm_loading, 1, __ATOMIC_SEQ_CST);
 		uint64_t m = __atomic_load_n(&rt_sigmask_common, __ATOMIC_SEQ_CST);
 		if (m != w->sigmask)
 			rt_sigmask_load(w, m);
+		__atomic_store_n(&w->sm_loading, 0, __ATOMIC_SEQ_CST);
 	}
 }
-/* An M about to wait for a worker: block the program's signals. */
-void rt_sigmask_m_idle(void) PVRT_HIDDEN;
+/* An M waiting for a worker (each turn of its wait): load the intersection if it changed. */
+void rt_sigmask_m_idle(struct rt_m *m) PVRT_HIDDEN;
 
 /* If set (the M:N preload, before it creates ULTs): every ULT runs wrap(fn, arg) instead of
  * fn(arg), and exits with its result. */

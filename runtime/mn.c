@@ -123,7 +123,15 @@ static void *entry(void *(*fn)(void *), void *arg)
  * unwound: worker 0's kernel thread must stay.) */
 __attribute__((noreturn)) static void primary_exit(void)
 {
+	/* Gone, for signals too: a signal every other thread blocks must not be taken by threads
+	 * without a ULT on main's account (runtime/sigmask.c counts main's mask until it exits).
+	 * Its mask comes back for the atexit handlers. */
+	uint64_t all = ~(uint64_t)0, old = 0;
+	if (rt_state.ult_tls)
+		rt_ult_sigmask(SIG_SETMASK, &all, &old);
 	rt_wait_nlive_zero();
+	if (rt_state.ult_tls)
+		rt_ult_sigmask(SIG_SETMASK, &old, NULL);
 	exit(0);
 }
 

@@ -57,13 +57,13 @@ void rt_sigmask_reset(void)
 
 static uint64_t intersect(void)
 {
-	/* Relaxed: a racing count change recomputes after its own add (see settle). */
-	if (__atomic_load_n(&other, __ATOMIC_RELAXED))
+	/* Seq_cst: after our own count change and intersection store (see settle). */
+	if (__atomic_load_n(&other, __ATOMIC_SEQ_CST))
 		return 0;
 	uint64_t m = EMPTY;
 	for (int i = 0; i < SLOTS; i++)
-		if (__atomic_load_n(&tab[i].refs, __ATOMIC_RELAXED))
-			m &= __atomic_load_n(&tab[i].mask, __ATOMIC_RELAXED);
+		if (__atomic_load_n(&tab[i].refs, __ATOMIC_SEQ_CST))
+			m &= __atomic_load_n(&tab[i].mask, __ATOMIC_SEQ_CST);
 	return m == EMPTY ? 0 : m;
 }
 
@@ -77,38 +77,51 @@ static void settle(void)
 		m = intersect();
 		__atomic_store_n(&rt_sigmask_common, m, __ATOMIC_SEQ_CST);
 	} while (intersect() != m);
-	if (m == old || !rt_state.w)
+	if (!rt_state.w)
 		return;
 	/* A parked worker wakes (a futex wake alone would be lost on a worker between its look
 	 * at the mask and its wait), finds no work and parks again with the new mask loaded; a
-	 * polling one looks at every turn. The seq_cst store above and the park word's seq_cst
-	 * load in rt_wake_worker pair with the worker's park_word store and its load of the
-	 * mask: one of the two sees the other. */
-	for (unsigned i = 0; i < rt_state.nw; i++)
-		if (rt_state.w[i])
-			rt_wake_worker(i);
-	/* Signals that every ULT now blocks: wait until no worker without a ULT accepts them, so
-	 * that the change that blocked them is whole when it returns, as with pthreads (a
-	 * program that blocks SIGUSR1, starts a sigwait thread and at once sends itself SIGUSR1
-	 * must not die by it; a woken worker takes tens of microseconds to reload). A worker
-	 * running a ULT has that ULT's mask loaded, or loads it before the ULT runs. Bounded:
-	 * a worker that stays stopped (the emulator holds it) is not waited for beyond 20 ms;
-	 * nor are workers during pvrt_init (not all started yet: each loads what it needs). */
-	uint64_t gained = m & ~old, t0 = 0;
+	 * polling one looks at every turn; an M waiting for a worker looks at each wake-up. The
+	 * seq_cst store above and the park word's seq_cst load in rt_wake_worker pair with the
+	 * worker's park_word store and its load of the mask: one of the two sees the other. */
+	if (m != old)
+		for (unsigned i = 0; i < rt_state.nw; i++)
+			if (rt_state.w[i])
+				rt_wake_worker(i);
+	/* Wait until every thread without a ULT blocks what every ULT blocks, so that the change
+	 * that blocked more is whole when it returns, as with pthreads (a program that blocks
+	 * SIGUSR1, starts a sigwait thread and at once sends itself SIGUSR1 must not die by it;
+	 * a woken worker takes tens of microseconds to reload). Against the intersection now,
+	 * not ours: a racing settle may have stored ours already. A worker's word is its
+	 * thread's mask, or the one it is about to load (sm_loading: wait); a worker running a
+	 * ULT has that ULT's, which blocks at least the intersection. A waiting M is woken each
+	 * turn (its wait is on its own park word, whose wake-up may come before its wait).
+	 * Bounded: a worker that stays stopped (the emulator holds it) is not waited for beyond
+	 * 20 ms; nor are workers during pvrt_init (not all started yet: each loads what it
+	 * needs). */
 	if (!__atomic_load_n(&rt_state.running, __ATOMIC_ACQUIRE))
 		return;
-	for (unsigned i = 0; gained && i < rt_state.nw; i++) {
-		struct rt_worker *w = rt_state.w[i];
-		while (w && !__atomic_load_n(&w->cur, __ATOMIC_SEQ_CST) &&
-		       (__atomic_load_n(&w->sigmask, __ATOMIC_SEQ_CST) & gained) != gained) {
-			uint64_t now = os_now_ns();
-			if (!t0)
-				t0 = now;
-			if (now - t0 > 20000000 ||
-			    __atomic_load_n(&rt_state.stop, __ATOMIC_RELAXED))
-				return;
-			os_yield();
+	uint64_t t0 = os_now_ns();
+	for (;;) {
+		uint64_t c = __atomic_load_n(&rt_sigmask_common, __ATOMIC_SEQ_CST);
+		bool lag = false;
+		for (unsigned i = 0; i < rt_state.nw && !lag; i++) {
+			struct rt_worker *w = rt_state.w[i];
+			lag = w && (__atomic_load_n(&w->sm_loading, __ATOMIC_SEQ_CST) ||
+				    (__atomic_load_n(&w->sigmask, __ATOMIC_SEQ_CST) & c) != c);
 		}
+		for (struct rt_m *x = __atomic_load_n(&rt_state.ms, __ATOMIC_ACQUIRE); x;
+		     x = x->next) {
+			if (__atomic_load_n(&x->sm_idle, __ATOMIC_SEQ_CST) &&
+			    (__atomic_load_n(&x->sm_mask, __ATOMIC_SEQ_CST) & c) != c) {
+				os_futex_wake(&x->park, 1);
+				lag = true;
+			}
+		}
+		if (!lag || os_now_ns() - t0 > 20000000 ||
+		    __atomic_load_n(&rt_state.stop, __ATOMIC_RELAXED))
+			return;
+		os_yield();
 	}
 }
 
@@ -168,12 +181,21 @@ void rt_sigmask_load(struct rt_worker *w, uint64_t m)
 	__atomic_store_n(&w->sigmask, m, __ATOMIC_SEQ_CST); /* settle() may wait for it */
 }
 
-/* An M without a worker: every signal the program may block, blocked (see above); not the
- * preemption signal, nor glibc's two (SIGSETXID must reach every thread for setuid()). */
-void rt_sigmask_m_idle(void)
+/* An M waiting for a worker, at each turn of its wait: the intersection, as a parked worker has
+ * it (it stands for the program's threads as much as they do: with no worker parked, a
+ * process-directed signal that some ULT accepts would otherwise wait for a worker's next idle
+ * moment). sm_idle goes up after the load, and the intersection is read again after it: a
+ * settle() either sees the M idle with its mask, or the M sees the new intersection. */
+void rt_sigmask_m_idle(struct rt_m *m)
 {
-	uint64_t m = ~(SIGBIT(__SIGRTMIN) | SIGBIT(__SIGRTMIN + 1));
-	if (rt_state.preempt_sig)
-		m &= ~SIGBIT(rt_state.preempt_sig);
-	syscall(SYS_rt_sigprocmask, SIG_SETMASK, &m, NULL, 8);
+	for (;;) {
+		uint64_t c = __atomic_load_n(&rt_sigmask_common, __ATOMIC_SEQ_CST);
+		if (c != __atomic_load_n(&m->sm_mask, __ATOMIC_RELAXED)) {
+			syscall(SYS_rt_sigprocmask, SIG_SETMASK, &c, NULL, 8);
+			__atomic_store_n(&m->sm_mask, c, __ATOMIC_SEQ_CST);
+		}
+		__atomic_store_n(&m->sm_idle, 1, __ATOMIC_SEQ_CST);
+		if (__atomic_load_n(&rt_sigmask_common, __ATOMIC_SEQ_CST) == c)
+			return;
+	}
 }

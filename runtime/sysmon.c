@@ -89,9 +89,11 @@ void rt_m_add(struct rt_m *m, bool is_main)
 {
 	__atomic_store_n(&m->statfd, -1, __ATOMIC_RELAXED);
 	m->main = is_main;
+	m->sm_mask = ~(uint64_t)0; /* none loaded yet (sigmask.c) */
 	rt_lock_acquire(&rt_state.mlock);
 	m->next = rt_state.ms;
-	rt_state.ms = m;
+	/* Release: sigmask.c walks the list without the lock (Ms stay until finalize). */
+	__atomic_store_n(&rt_state.ms, m, __ATOMIC_RELEASE);
 	if (is_main)
 		rt_state.main_m = m;
 	rt_lock_release(&rt_state.mlock);
@@ -189,11 +191,19 @@ static struct rt_worker *wait_given(struct rt_m *m)
 			__atomic_store_n(&m->park, 0, __ATOMIC_RELAXED);
 			struct rt_worker *w = __atomic_load_n(&m->give, __ATOMIC_RELAXED);
 			m->give = NULL;
-			if (w)
+			if (w) {
+				/* Its mask is the worker's now: take() records it there. */
+				__atomic_store_n(&m->sm_idle, 0, __ATOMIC_SEQ_CST);
+				__atomic_store_n(&m->sm_mask, ~(uint64_t)0, __ATOMIC_RELAXED);
 				return w;
+			}
 		}
 		if (!m->main && __atomic_load_n(&rt_state.stop, __ATOMIC_ACQUIRE))
 			return NULL;
+		/* Per-ULT masks: take the signals some ULT accepts, as a parked worker does
+		 * (sigmask.c; it wakes us when that changes). */
+		if (rt_state.ult_tls)
+			rt_sigmask_m_idle(m);
 		os_futex_wait(&m->park, 0, NULL);
 	}
 }
@@ -214,10 +224,6 @@ void rt_m_idle(struct rt_m *m)
 			__atomic_add_fetch(&rt_state.spares_seq, 1, __ATOMIC_RELEASE);
 			os_futex_wake(&rt_state.spares_seq, INT32_MAX);
 		}
-		/* Per-ULT masks: no program signal for a thread without a worker (sigmask.c).
-		 * take() leaves the loaded-mask word to say what is loaded. */
-		if (rt_state.ult_tls)
-			rt_sigmask_m_idle();
 		struct rt_worker *w = wait_given(m);
 		if (!w)
 			return;
@@ -230,9 +236,8 @@ static void *spare_main(void *arg)
 	struct rt_m *m = arg;
 	/* Named before it takes a worker (the creator names it too, for top -H at once). */
 	prctl(PR_SET_NAME, "pvrt-spare");
-	if (rt_state.ult_tls)
-		rt_sigmask_m_idle(); /* until it takes a worker (rt_m_idle) */
-	else
+	/* Per-ULT masks: wait_given loads what every ULT blocks (sigmask.c) */
+	if (!rt_state.ult_tls)
 		pthread_sigmask(SIG_SETMASK, rt_preempt_base_mask(), NULL);
 	rt_m_register(m, false);
 	if (rt_state.segv_installed) {
@@ -577,7 +582,8 @@ static void *sysmon_main(void *arg)
 			if (due)
 				__atomic_store_n(&w->timer_poke, 1, __ATOMIC_RELAXED);
 			bool woken = due || __atomic_load_n(&w->inj.n, __ATOMIC_RELAXED);
-			if (!has_work(w, now) && !backlog)
+			bool work = has_work(w, now);
+			if (!work && !backlog)
 				continue;
 			waiting = true;
 			if (rt_state.handoff && stuck >= rt_state.handoff &&
@@ -590,6 +596,8 @@ static void *sysmon_main(void *arg)
 				acted = true;
 				continue;
 			}
+			if (!work) /* backlog elsewhere: a preemption here would find nothing */
+				continue;
 			/* Preempt after a slice; retry every quarter slice while it lasts. The
 			 * retries leave 'stuck' growing: a ULT blocked in a system call is
 			 * preempted only if a kick lands while it runs code that may be interrupted

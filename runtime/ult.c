@@ -140,12 +140,16 @@ static void switch_ctx(struct rt_worker *w, struct rt_ctxrec *from, struct pvrt_
 	 * mask differs from the one loaded. The scheduler context runs no ULT: it takes what
 	 * every live ULT blocks (sigmask.c), so that a signal they all block is not taken here. */
 	if (unlikely(rt_state.ult_tls)) {
+		if (!to) /* see rt_sigmask_idle */
+			__atomic_store_n(&w->sm_loading, 1, __ATOMIC_SEQ_CST);
 		uint64_t m =
-		    to ? to->sigmask : __atomic_load_n(&rt_sigmask_common, __ATOMIC_RELAXED);
+		    to ? to->sigmask : __atomic_load_n(&rt_sigmask_common, __ATOMIC_SEQ_CST);
 		if (m != w->sigmask) {
 			syscall(SYS_rt_sigprocmask, SIG_SETMASK, &m, NULL, 8);
-			w->sigmask = m;
+			__atomic_store_n(&w->sigmask, m, __ATOMIC_SEQ_CST);
 		}
+		if (!to)
+			__atomic_store_n(&w->sm_loading, 0, __ATOMIC_SEQ_CST);
 	}
 	/* ld.so's locks go with the context that holds them (tls.h): a ULT that waits inside
 	 * dlopen (a library constructor taking a contended lock) resumes on whichever kernel thread
@@ -304,9 +308,10 @@ int rt_ult_sigmask(int how, const uint64_t *set, uint64_t *oldp)
 	if (how != SIG_BLOCK && how != SIG_UNBLOCK && how != SIG_SETMASK)
 		return EINVAL;
 	uint64_t add = how != SIG_UNBLOCK ? *set & ~sigmask_ours() : 0;
-	uint64_t hold = add;
-	if (rt_state.preempt_sig)
-		hold |= SIGBIT(rt_state.preempt_sig);
+	/* Everything held (but glibc's two) until the final mask is loaded: no kick moves the ULT
+	 * and no handler (one that jumps out, say) runs between the count's update and the record
+	 * (sigmask.c may wait there). */
+	uint64_t hold = ~(SIGBIT(__SIGRTMIN) | SIGBIT(__SIGRTMIN + 1));
 	syscall(SYS_rt_sigprocmask, SIG_BLOCK, &hold, &old, 8);
 	uint64_t kernel = how == SIG_BLOCK ? old | add : how == SIG_UNBLOCK ? old & ~*set : add;
 	if (old == u->sigmask) { /* not inside a signal handler */
@@ -334,10 +339,9 @@ int rt_ult_sigmask(int how, const uint64_t *set, uint64_t *oldp)
  */
 void rt_ult_sigmask_jump(uint64_t m)
 {
-	if (rt_state.preempt_sig) {
-		uint64_t b = SIGBIT(rt_state.preempt_sig);
-		syscall(SYS_rt_sigprocmask, SIG_BLOCK, &b, NULL, 8);
-	}
+	/* Everything held until the jump loads m (see rt_ult_sigmask). */
+	uint64_t b = ~(SIGBIT(__SIGRTMIN) | SIGBIT(__SIGRTMIN + 1));
+	syscall(SYS_rt_sigprocmask, SIG_BLOCK, &b, NULL, 8);
 	struct pvrt_ult *u = rt_tls_ult;
 	uint64_t rec = m & ~sigmask_ours();
 	rt_sigmask_move(u->sigmask, rec);

@@ -173,6 +173,7 @@ struct rt_worker {
 	unsigned inj_tick;   /* local picks, to take the ring first now and then */
 	uint32_t timer_poke; /* sysmon saw timers due while ULTs run here (atomic; pick_next) */
 	uint32_t wake_front; /* timers firing: their wake-ups go ahead of the ring (queue.c) */
+	uint32_t ring_busy; /* a preempted ULT went to the ring since it was last empty (queue.c) */
 	uint64_t rng[2];
 	struct pvrt_ult *pool; /* free descriptors, most with their stacks */
 	struct pvrt_ult *pool_last;

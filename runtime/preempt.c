@@ -226,6 +226,7 @@ static void preempt_handler(int sig, siginfo_t *si, void *ucv)
 			__atomic_load_n(&w->st_switches, __ATOMIC_RELAXED) + 1) {
 			__atomic_store_n(&w->preempt_seq, 0, __ATOMIC_RELAXED);
 			PVRT_STAT_INC(w, st_preempts);
+			w->ring_busy = 1; /* wake-ups here now go ahead of the ring (queue.c) */
 			/* An announcement belongs to the ULT's call, not to the next ULT here. */
 			__atomic_store_n(&m->insys, 0, __ATOMIC_RELAXED);
 			pvrt_thread_yield();

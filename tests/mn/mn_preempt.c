@@ -27,6 +27,10 @@
  *          after a wake-up slice, and a woken sleeper runs before ULTs that were preempted);
  *          the sleeps took 0.64 s each before (timers looked at every 64th pick, a slice per
  *          pick), so the whole loop must end within 30 s (about 0.2 s now)
+ *   wake   200 condvar round trips between main and another thread beside five threads that
+ *          compute on the same worker: a ULT woken by a ULT of its own worker runs before
+ *          the preempted computing ones (a round trip took two slices per computing thread,
+ *          20 s in all, before; about 0.3 s now); the loop must end within 10 s
  *   exec_spin  spin in a new image exec'd from a ULT (as `env prog` does): the exec wrapper
  *          blocks the preemption signal across execve and the mask is inherited
  * All hang without those (ctest label mn-preempt; see CMakeLists.txt).
@@ -50,6 +54,24 @@ static void *computer(void *a)
 {
 	while (!flag)
 		;
+	return a;
+}
+
+static pthread_mutex_t tok_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t tok_cv = PTHREAD_COND_INITIALIZER;
+static int token;
+
+static void *ponger(void *a)
+{
+	pthread_mutex_lock(&tok_mu);
+	while (token >= 0) {
+		if (token == 1) {
+			token = 2;
+			pthread_cond_broadcast(&tok_cv);
+		}
+		pthread_cond_wait(&tok_cv, &tok_mu);
+	}
+	pthread_mutex_unlock(&tok_mu);
 	return a;
 }
 
@@ -226,6 +248,34 @@ int main(int argc, char **argv)
 		for (int i = 0; i < 3; i++)
 			CHECK_EQ(pthread_join(c[i], NULL), 0);
 		printf("mn_preempt: sleep ok\n");
+		return 0;
+	}
+	if (argc == 2 && !strcmp(argv[1], "wake")) {
+		pthread_t c[5], p;
+		CHECK_EQ(pthread_create(&p, NULL, ponger, NULL), 0);
+		for (int i = 0; i < 5; i++)
+			CHECK_EQ(pthread_create(&c[i], NULL, computer, NULL), 0);
+		struct timespec t0, t1;
+		clock_gettime(CLOCK_MONOTONIC, &t0);
+		for (int i = 0; i < 200; i++) {
+			pthread_mutex_lock(&tok_mu);
+			token = 1;
+			pthread_cond_broadcast(&tok_cv);
+			while (token != 2)
+				pthread_cond_wait(&tok_cv, &tok_mu);
+			pthread_mutex_unlock(&tok_mu);
+			clock_gettime(CLOCK_MONOTONIC, &t1);
+			CHECK(t1.tv_sec - t0.tv_sec < 10);
+		}
+		pthread_mutex_lock(&tok_mu);
+		token = -1;
+		pthread_cond_broadcast(&tok_cv);
+		pthread_mutex_unlock(&tok_mu);
+		flag = 1;
+		CHECK_EQ(pthread_join(p, NULL), 0);
+		for (int i = 0; i < 5; i++)
+			CHECK_EQ(pthread_join(c[i], NULL), 0);
+		printf("mn_preempt: wake ok\n");
 		return 0;
 	}
 	if (argc == 2 && !strcmp(argv[1], "spin_masked")) {

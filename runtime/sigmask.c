@@ -15,16 +15,18 @@
  * Ctrl-C with the default action ends an idle program as it would with pthreads); a signal
  * every ULT blocks stays pending for the ULT that waits for it (sigwait) or unblocks it. Ms
  * waiting for a worker block all the program's signals: parked workers stand for them (each
- * worker parks with the intersection loaded), and an M is woken for a hand-off only.
+ * worker parks with the intersection loaded); an M waiting for a worker loads the intersection
+ * too (with every worker's thread blocked in a system call, it is the only taker).
  *
  * The intersection comes from a small table of the distinct masks live ULTs have, each with a
  * count of the ULTs that have it (programs use one or two masks). Counting is lock-free (a
  * signal handler may change the mask of the ULT it interrupted, inside a create or an exit): a
- * slot's mask is set once, by a CAS from EMPTY, and never changes; its count moves by atomic
- * adds. A count that moves between 0 and 1 recomputes the intersection, and a new value wakes
- * the parked workers to load it (their park loop compares the loaded mask with it). Masks
- * beyond the table's slots count in 'other', which stands for a mask that blocks nothing (the
- * fallback: every thread without a ULT accepts every signal, as before this table).
+ * slot's count and a version share one word, so that a slot nobody counts in can take another
+ * mask (rt_sigmask_ref) without a racer counting into it by its old one. A count that moves
+ * between 0 and 1 recomputes the intersection, and a new value wakes the threads without a ULT
+ * to load it and waits for them (settle). More than SLOTS distinct masks alive at once count
+ * in 'other', which stands for a mask that blocks nothing (the fallback: every thread without
+ * a ULT accepts every signal, as before this table).
  */
 #define _GNU_SOURCE
 #include "internal.h"
@@ -37,11 +39,19 @@
 #define SIGBIT(sig) ((uint64_t)1 << ((sig)-1))
 #define EMPTY	    (~(uint64_t)0) /* no record holds it: SIGKILL and SIGSTOP are never recorded */
 
+/* A slot: its mask, and one word with the number of ULTs that have it (low half; BUSY while
+ * the slot is being given a new mask) and a version (high half) that each new mask bumps. */
 static struct {
 	uint64_t mask;
-	uint32_t refs;
+	uint64_t word;
 } tab[SLOTS];
 static uint32_t other;
+
+#define BUSY UINT32_MAX
+static inline uint32_t cnt(uint64_t w)
+{
+	return (uint32_t)w;
+}
 uint64_t rt_sigmask_common; /* the intersection; 0 until a ULT is counted */
 
 /* pvrt_init, before the primary counts itself: no ULT lives (a fork child forgets the parent's). */
@@ -49,7 +59,7 @@ void rt_sigmask_reset(void)
 {
 	for (int i = 0; i < SLOTS; i++) {
 		tab[i].mask = EMPTY;
-		tab[i].refs = 0;
+		tab[i].word = 0;
 	}
 	other = 0;
 	rt_sigmask_common = 0;
@@ -61,9 +71,11 @@ static uint64_t intersect(void)
 	if (__atomic_load_n(&other, __ATOMIC_SEQ_CST))
 		return 0;
 	uint64_t m = EMPTY;
-	for (int i = 0; i < SLOTS; i++)
-		if (__atomic_load_n(&tab[i].refs, __ATOMIC_SEQ_CST))
+	for (int i = 0; i < SLOTS; i++) {
+		uint32_t c = cnt(__atomic_load_n(&tab[i].word, __ATOMIC_SEQ_CST));
+		if (c && c != BUSY) /* a slot being given a mask counts once it has it */
 			m &= __atomic_load_n(&tab[i].mask, __ATOMIC_SEQ_CST);
+	}
 	return m == EMPTY ? 0 : m;
 }
 
@@ -125,36 +137,57 @@ static void settle(void)
 	}
 }
 
+/*
+ * Count one more ULT with mask m: in a slot that has m (its word read before its mask, so that a
+ * slot given another mask in between fails the compare-and-swap on the version), else in a slot
+ * nobody counts in (its version bumped and BUSY while the mask is stored: a racer reading the
+ * old mask then fails its swap), else in 'other'. Two racers with a new mask may take two
+ * slots: a mask's count is then split, which the intersection and unref do not mind.
+ */
 void rt_sigmask_ref(uint64_t m)
 {
 	for (int i = 0; i < SLOTS; i++) {
-		uint64_t s = __atomic_load_n(&tab[i].mask, __ATOMIC_ACQUIRE);
-		if (s == EMPTY) {
-			/* Claim the slot for m; a racer that claimed it first may have m too. */
-			if (!__atomic_compare_exchange_n(&tab[i].mask, &s, m, false,
-							 __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE) &&
-			    s != m)
-				continue;
-		} else if (s != m) {
-			continue;
+		uint64_t w = __atomic_load_n(&tab[i].word, __ATOMIC_SEQ_CST);
+		while (cnt(w) != BUSY && __atomic_load_n(&tab[i].mask, __ATOMIC_SEQ_CST) == m) {
+			if (__atomic_compare_exchange_n(&tab[i].word, &w, w + 1, false,
+							__ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
+				if (cnt(w) == 0)
+					settle();
+				return;
+			}
 		}
-		if (__atomic_fetch_add(&tab[i].refs, 1, __ATOMIC_SEQ_CST) == 0)
-			settle();
+	}
+	for (int i = 0; i < SLOTS; i++) {
+		uint64_t w = __atomic_load_n(&tab[i].word, __ATOMIC_SEQ_CST);
+		uint64_t v = (w >> 32) + 1;
+		if (cnt(w) != 0 ||
+		    !__atomic_compare_exchange_n(&tab[i].word, &w, v << 32 | BUSY, false,
+						 __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
+			continue;
+		__atomic_store_n(&tab[i].mask, m, __ATOMIC_SEQ_CST);
+		__atomic_store_n(&tab[i].word, v << 32 | 1, __ATOMIC_SEQ_CST);
+		settle();
 		return;
 	}
 	if (__atomic_fetch_add(&other, 1, __ATOMIC_SEQ_CST) == 0)
 		settle();
 }
 
+/* Count one ULT with mask m fewer: from a slot with m that counts some (ours, or a racer's of
+ * the same mask: the total stays right), else from 'other', which then holds ours. */
 void rt_sigmask_unref(uint64_t m)
 {
 	for (int i = 0; i < SLOTS; i++) {
-		if (__atomic_load_n(&tab[i].mask, __ATOMIC_ACQUIRE) != m)
-			continue;
-		/* Only a ULT that counted itself here uncounts, so the count is positive. */
-		if (__atomic_sub_fetch(&tab[i].refs, 1, __ATOMIC_SEQ_CST) == 0)
-			settle();
-		return;
+		uint64_t w = __atomic_load_n(&tab[i].word, __ATOMIC_SEQ_CST);
+		while (cnt(w) != 0 && cnt(w) != BUSY &&
+		       __atomic_load_n(&tab[i].mask, __ATOMIC_SEQ_CST) == m) {
+			if (__atomic_compare_exchange_n(&tab[i].word, &w, w - 1, false,
+							__ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
+				if (cnt(w) == 1)
+					settle();
+				return;
+			}
+		}
 	}
 	if (__atomic_sub_fetch(&other, 1, __ATOMIC_SEQ_CST) == 0)
 		settle();

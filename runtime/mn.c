@@ -17,7 +17,7 @@
  * returns the exit value to the runtime.
  */
 #define _GNU_SOURCE
-#include "internal.h"
+#include "mn.h"
 
 #include <pvrt/cond.h>
 
@@ -36,23 +36,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define EXPORT __attribute__((visibility("default")))
-
 bool rt_mn_on;
-
-/* glibc's functions, for threads that are not ULTs and for exit/unwinding. */
-#define REALFN(ret, name, ...)                                                                     \
-	static ret (*get_real_##name(void))(__VA_ARGS__)                                           \
-	{                                                                                          \
-		static ret (*f)(__VA_ARGS__);                                                      \
-		ret (*g)(__VA_ARGS__) = __atomic_load_n(&f, __ATOMIC_RELAXED);                     \
-		if (!g) {                                                                          \
-			g = (ret(*)(__VA_ARGS__))dlsym(RTLD_NEXT, #name);                          \
-			__atomic_store_n(&f, g, __ATOMIC_RELAXED);                                 \
-		}                                                                                  \
-		return g;                                                                          \
-	}
-#define REAL(name, ...) (get_real_##name()(__VA_ARGS__))
 
 REALFN(int, pthread_join, pthread_t, void **)
 REALFN(int, pthread_tryjoin_np, pthread_t, void **)
@@ -82,12 +66,6 @@ REALFN(unsigned, sleep, unsigned)
 REALFN(int, usleep, useconds_t)
 REALFN(int, nanosleep, const struct timespec *, struct timespec *)
 REALFN(int, clock_nanosleep, clockid_t, int, const struct timespec *, struct timespec *)
-
-/* The calling ULT in M:N mode, else NULL (the real function is used). */
-static inline struct pvrt_ult *self_ult(void)
-{
-	return likely(rt_mn_on) ? rt_ult_current() : NULL;
-}
 
 /* The ULT behind a pthread_t: a ULT's own TCB, or the main thread's for the primary. */
 static struct pvrt_ult *ult_of(pthread_t t)
@@ -782,6 +760,7 @@ static void atfork_child(void)
 {
 	/* Only the forking thread (ULT) exists: it becomes the primary of a new runtime. */
 	rt_fork_child_reset();
+	rt_mn_signal_atfork_child();
 	if (start_runtime())
 		rt_mn_on = false; /* no runtime: threads of the child are kernel threads */
 }
@@ -801,5 +780,6 @@ const char *rt_mn_start(void)
 	pthread_atfork(NULL, NULL, atfork_child);
 	/* Release: pthread_create in other (foreign) threads sees the runtime. */
 	__atomic_store_n(&rt_mn_on, true, __ATOMIC_RELEASE);
+	rt_mn_signal_start();
 	return NULL;
 }

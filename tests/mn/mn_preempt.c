@@ -31,6 +31,10 @@
  *          compute on the same worker: a ULT woken by a ULT of its own worker runs before
  *          the preempted computing ones (a round trip took two slices per computing thread,
  *          20 s in all, before; about 0.3 s now); the loop must end within 10 s
+ *   pause  `while (!flag) pause();` (and sigsuspend) for a SIGALRM 20 times, beside three threads
+ *          that compute: the signal may be handled on another kernel thread than the one main
+ *          waits on (Linux prefers the main thread, whose ULT may be anywhere here), and the
+ *          wait must end anyway (it hung before the runtime's signal trampoline)
  *   exec_spin  spin in a new image exec'd from a ULT (as `env prog` does): the exec wrapper
  *          blocks the preemption signal across execve and the mask is inherited
  * All hang without those (ctest label mn-preempt; see CMakeLists.txt).
@@ -55,6 +59,14 @@ static void *computer(void *a)
 	while (!flag)
 		;
 	return a;
+}
+
+static volatile sig_atomic_t alarmed;
+
+static void on_alarm(int sig)
+{
+	(void)sig;
+	alarmed = 1;
 }
 
 static pthread_mutex_t tok_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -248,6 +260,34 @@ int main(int argc, char **argv)
 		for (int i = 0; i < 3; i++)
 			CHECK_EQ(pthread_join(c[i], NULL), 0);
 		printf("mn_preempt: sleep ok\n");
+		return 0;
+	}
+	if (argc == 2 && !strcmp(argv[1], "pause")) {
+		pthread_t c[3];
+		for (int i = 0; i < 3; i++)
+			CHECK_EQ(pthread_create(&c[i], NULL, computer, NULL), 0);
+		struct sigaction sa;
+		memset(&sa, 0, sizeof(sa));
+		sa.sa_handler = on_alarm;
+		CHECK_EQ(sigaction(SIGALRM, &sa, NULL), 0);
+		struct sigaction back;
+		CHECK_EQ(sigaction(SIGALRM, NULL, &back), 0);
+		CHECK(back.sa_handler == on_alarm); /* the program's own action, not a wrapper's */
+		sigset_t none;
+		sigemptyset(&none);
+		for (int i = 0; i < 20; i++) {
+			alarmed = 0;
+			struct itimerval it = {{0, 0}, {0, 3000}};
+			CHECK_EQ(setitimer(ITIMER_REAL, &it, NULL), 0);
+			while (!alarmed) {
+				int r = i & 1 ? sigsuspend(&none) : pause();
+				CHECK(r == -1 && errno == EINTR);
+			}
+		}
+		flag = 1;
+		for (int i = 0; i < 3; i++)
+			CHECK_EQ(pthread_join(c[i], NULL), 0);
+		printf("mn_preempt: pause ok\n");
 		return 0;
 	}
 	if (argc == 2 && !strcmp(argv[1], "wake")) {

@@ -548,15 +548,29 @@ void emu_wait_hold(struct emu_thr *t)
 	 * control side, which stores hold = 1 and then loads in_hold; after clearing in_hold we
 	 * re-read hold, so either it saw in_hold = 0 (and stops us the usual way) or we see the new
 	 * hold and wait.
+	 * While held, every signal is blocked (glibc's two cannot be), as in the stop handler: a
+	 * stopped vCPU runs no handler, and the kernel gives a process-directed signal to a
+	 * thread that runs, or keeps it pending (the M:N runtime relies on idle threads taking
+	 * only what it lets them: a held worker took a signal with the mask it had before).
 	 */
+	uint64_t prev = 0;
+	bool masked = false;
 	for (;;) {
 		__atomic_store_n(&t->in_hold, 1, __ATOMIC_SEQ_CST);
-		while (__atomic_load_n(&t->hold, __ATOMIC_SEQ_CST))
+		while (__atomic_load_n(&t->hold, __ATOMIC_SEQ_CST)) {
+			if (!masked) {
+				uint64_t all = ~((uint64_t)3 << 31); /* not signals 32 and 33 */
+				syscall(SYS_rt_sigprocmask, SIG_BLOCK, &all, &prev, 8);
+				masked = true;
+			}
 			emu_futex_wait(&t->hold, 1, 0);
+		}
 		__atomic_store_n(&t->in_hold, 0, __ATOMIC_SEQ_CST);
 		if (!__atomic_load_n(&t->hold, __ATOMIC_SEQ_CST))
-			return;
+			break;
 	}
+	if (masked)
+		syscall(SYS_rt_sigprocmask, SIG_SETMASK, &prev, NULL, 8);
 }
 
 /* Unlink t from its emulator (if any) and free it. Runs on t's own thread. */

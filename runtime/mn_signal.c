@@ -46,10 +46,10 @@ REALFN(__sighandler_t, bsd_signal, int, __sighandler_t)
 
 static struct sigaction acts[NSIGS + 1]; /* the program's actions where 'trap' is set */
 static bool trap[NSIGS + 1];		 /* installed behind the trampoline */
-static uint32_t acts_lock;		 /* with every signal blocked: a handler may call sigaction */
-static uint64_t caught[NSIGS + 1];	 /* handlers run to their end, per signal (atomic) */
-static uint32_t caught_seq;		 /* futex word: bumped after each */
-static uint32_t waiters;		 /* ULTs waiting in pause/sigsuspend */
+static uint32_t acts_lock;	   /* with every signal blocked: a handler may call sigaction */
+static uint64_t caught[NSIGS + 1]; /* handlers run to their end, per signal (atomic) */
+static uint32_t caught_seq;	   /* futex word: bumped after each */
+static uint32_t waiters;	   /* ULTs waiting in pause/sigsuspend */
 
 static void trampoline(int sig, siginfo_t *si, void *uc)
 {
@@ -91,7 +91,7 @@ static bool internal_caller(const void *ret)
 static bool is_handler(const struct sigaction *a)
 {
 	return (a->sa_flags & SA_SIGINFO) ? a->sa_sigaction != NULL
-					   : a->sa_handler != SIG_DFL && a->sa_handler != SIG_IGN;
+					  : a->sa_handler != SIG_DFL && a->sa_handler != SIG_IGN;
 }
 
 /* Every signal blocked (glibc's two cannot be) around the table's lock: a handler that calls
@@ -225,7 +225,8 @@ static int wait_caught(uint64_t m)
 		uint32_t seq = __atomic_load_n(&caught_seq, __ATOMIC_SEQ_CST);
 		bool any = false;
 		for (int s = 1; s <= NSIGS && !any; s++)
-			any = (acc & SIGBIT(s)) && __atomic_load_n(&caught[s], __ATOMIC_SEQ_CST) != c0[s];
+			any = (acc & SIGBIT(s)) &&
+			      __atomic_load_n(&caught[s], __ATOMIC_SEQ_CST) != c0[s];
 		if (any)
 			break;
 		/* Load m (a signal pending for it is handled here, before the wait, and bumps the

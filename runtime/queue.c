@@ -310,10 +310,13 @@ void rt_ult_ready_from(struct rt_worker *w, struct pvrt_ult *u)
 	 * which the pick after a preemption must not leave behind the other computing ULTs.
 	 * Else the ring, cheaper: a barrier's release wakes every waiter there (through the
 	 * injection queue the M:N barrier kernels took 8-30 % longer). */
-	if (w && target == w->idx && !w->wake_front && !w->ring_busy)
+	if (w && target == w->idx && !w->wake_front && !w->ring_busy) {
 		rt_requeue(w, u);
-	else
+	} else {
 		inject_to(w, target, u);
+		if (w && target == w->idx && rt_state.nw > 1)
+			rt_notify_idle(w); /* as rt_queue_local: a parked worker may take it */
+	}
 }
 
 void rt_ult_ready(struct pvrt_ult *u)

@@ -13,10 +13,9 @@
  * So a thread without a ULT blocks what every live ULT blocks, and only that: the intersection
  * of the live ULTs' masks. A signal some ULT accepts still reaches a parked worker at once (a
  * Ctrl-C with the default action ends an idle program as it would with pthreads); a signal
- * every ULT blocks stays pending for the ULT that waits for it (sigwait) or unblocks it. Ms
- * waiting for a worker block all the program's signals: parked workers stand for them (each
- * worker parks with the intersection loaded); an M waiting for a worker loads the intersection
- * too (with every worker's thread blocked in a system call, it is the only taker).
+ * every ULT blocks stays pending for the ULT that waits for it (sigwait) or unblocks it. An M
+ * waiting for a worker loads the intersection too (with every worker's thread blocked in a
+ * system call, it is the only taker).
  *
  * The intersection comes from a small table of the distinct masks live ULTs have, each with a
  * count of the ULTs that have it (programs use one or two masks). Counting is lock-free (a
@@ -117,10 +116,13 @@ static void settle(void)
 	for (;;) {
 		uint64_t c = __atomic_load_n(&rt_sigmask_common, __ATOMIC_SEQ_CST);
 		bool lag = false;
-		for (unsigned i = 0; i < rt_state.nw && !lag; i++) {
+		for (unsigned i = 0; i < rt_state.nw; i++) {
 			struct rt_worker *w = rt_state.w[i];
-			lag = w && (__atomic_load_n(&w->sm_loading, __ATOMIC_SEQ_CST) ||
-				    (__atomic_load_n(&w->sigmask, __ATOMIC_SEQ_CST) & c) != c);
+			if (w && (__atomic_load_n(&w->sm_loading, __ATOMIC_SEQ_CST) ||
+				  (__atomic_load_n(&w->sigmask, __ATOMIC_SEQ_CST) & c) != c)) {
+				rt_wake_worker(i); /* parked on a value a racing settle stored */
+				lag = true;
+			}
 		}
 		for (struct rt_m *x = __atomic_load_n(&rt_state.ms, __ATOMIC_ACQUIRE); x;
 		     x = x->next) {

@@ -401,6 +401,10 @@ void rt_m_home_resumed(void)
 	struct pvrt_ult *u = m->post_ult;
 	if (u) {
 		m->post_ult = NULL;
+		/* The thread still has the ULT's mask: the intersection before the ULT runs on
+		 * (and may block more) elsewhere (sigmask.c). */
+		if (rt_state.ult_tls)
+			rt_sigmask_m_idle(m);
 		rt_ult_ready(u);
 	}
 }

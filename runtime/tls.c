@@ -325,6 +325,11 @@ unsigned rt_tls_ldso_disown(int tid)
 	return held;
 }
 
+int rt_tls_cur_tid(void)
+{
+	return *(int *)(pd_of(rt_tp_get()) + T.off_tid);
+}
+
 void rt_tls_ldso_own(unsigned held)
 {
 	/* The tid glibc compares with when it unlocks: the one cached in the running TCB. */

@@ -19,6 +19,8 @@ struct rt_worker;
 /* Find glibc's TLS allocator and its thread-descriptor layout; 0, or -ENOSYS with the reason in
  * *why (glibc too old or too new, or a static program). Idempotent. */
 int rt_tls_init(const char **why) PVRT_HIDDEN_TLS;
+/* The kernel thread the running ULT is on, as its TCB caches it (per-ULT TLS mode). */
+int rt_tls_cur_tid(void) PVRT_HIDDEN_TLS;
 
 /* Bytes to reserve at the top of a stack mapping for the TCB and static TLS (page multiple). */
 size_t rt_tls_reserve(void) PVRT_HIDDEN_TLS;

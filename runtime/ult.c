@@ -314,12 +314,14 @@ int rt_ult_sigmask(int how, const uint64_t *set, uint64_t *oldp)
 	uint64_t hold = ~(SIGBIT(__SIGRTMIN) | SIGBIT(__SIGRTMIN + 1));
 	syscall(SYS_rt_sigprocmask, SIG_BLOCK, &hold, &old, 8);
 	uint64_t kernel = how == SIG_BLOCK ? old | add : how == SIG_UNBLOCK ? old & ~*set : add;
+	/* This thread holds everything now: sigmask.c's wait need not wait for our worker (it
+	 * would, for 20 ms, on a word that showed our old mask). */
+	rt_ult_sigmask_unknown();
 	if (old == u->sigmask) { /* not inside a signal handler */
 		uint64_t rec = kernel & ~sigmask_ours();
 		rt_sigmask_move(u->sigmask, rec);
 		u->sigmask = rec;
 	}
-	rt_ult_sigmask_unknown();
 	syscall(SYS_rt_sigprocmask, SIG_SETMASK, &kernel, NULL, 8);
 	if (oldp)
 		*oldp = old;
@@ -344,18 +346,22 @@ void rt_ult_sigmask_jump(uint64_t m)
 	syscall(SYS_rt_sigprocmask, SIG_BLOCK, &b, NULL, 8);
 	struct pvrt_ult *u = rt_tls_ult;
 	uint64_t rec = m & ~sigmask_ours();
+	rt_ult_sigmask_unknown(); /* before the move: see rt_ult_sigmask */
 	rt_sigmask_move(u->sigmask, rec);
 	u->sigmask = rec;
-	rt_ult_sigmask_unknown();
 }
 
 /* No runtime entry (see above): the caller has the preemption signal blocked, or is about to
  * load a mask with it blocked (rt_mn_spawn_enter/leave). */
 void rt_ult_sigmask_unknown(void)
 {
+	/* Not on a thread that lost its worker (it has not entered since): the word is then the
+	 * spare's, which sigmask.c's wait would take for one that blocks everything. The ULT's
+	 * TCB caches the tid of the thread it runs on (tls.c), the worker the tid of its own. */
 	struct rt_worker *w = rt_tls_worker;
-	if (w)
-		w->sigmask = SIGMASK_UNKNOWN;
+	if (w &&
+	    (!rt_state.ult_tls || rt_tls_cur_tid() == __atomic_load_n(&w->tid, __ATOMIC_RELAXED)))
+		__atomic_store_n(&w->sigmask, SIGMASK_UNKNOWN, __ATOMIC_SEQ_CST);
 }
 
 void rt_ult_sigmask_changed(uint64_t m)
@@ -457,10 +463,16 @@ __attribute__((noreturn)) static void ult_exit(struct pvrt_ult *self, void *ret)
 {
 	if (self->tp)
 		rt_tls_exit();
-	if (rt_state.ult_tls)
-		rt_sigmask_unref(__atomic_load_n(&self->sigmask, __ATOMIC_RELAXED));
 	if (self->keys)
 		rt_keys_run_destructors(&self->keys);
+	if (rt_state.ult_tls) {
+		/* Uncounted after the key destructors (one may change the mask). The worker's word
+		 * says unknown first, so that sigmask.c's wait does not wait 20 ms on it: until the
+		 * switch loads the next context's mask, the thread is still this ULT's, which may
+		 * take a signal as an exiting thread may. */
+		rt_ult_sigmask_unknown();
+		rt_sigmask_unref(__atomic_load_n(&self->sigmask, __ATOMIC_RELAXED));
+	}
 	self->ret = ret;
 	__atomic_store_n(&self->state, ULT_DONE, __ATOMIC_RELAXED);
 	struct rt_worker *w = rt_worker_cur();

@@ -465,14 +465,11 @@ __attribute__((noreturn)) static void ult_exit(struct pvrt_ult *self, void *ret)
 		rt_tls_exit();
 	if (self->keys)
 		rt_keys_run_destructors(&self->keys);
-	if (rt_state.ult_tls) {
-		/* Uncounted after the key destructors (one may change the mask). The worker's word
-		 * says unknown first, so that sigmask.c's wait does not wait 20 ms on it: until the
-		 * switch loads the next context's mask, the thread is still this ULT's, which may
-		 * take a signal as an exiting thread may. */
-		rt_ult_sigmask_unknown();
+	/* Uncounted after the key destructors (one may change the mask). Until the switch loads
+	 * the next context's mask the thread is still this ULT's, which may take a signal as an
+	 * exiting thread may (sigmask.c's wait leaves the caller's own worker out). */
+	if (rt_state.ult_tls)
 		rt_sigmask_unref(__atomic_load_n(&self->sigmask, __ATOMIC_RELAXED));
-	}
 	self->ret = ret;
 	__atomic_store_n(&self->state, ULT_DONE, __ATOMIC_RELAXED);
 	struct rt_worker *w = rt_worker_cur();

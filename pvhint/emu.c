@@ -559,7 +559,13 @@ void emu_wait_hold(struct emu_thr *t)
 		__atomic_store_n(&t->in_hold, 1, __ATOMIC_SEQ_CST);
 		while (__atomic_load_n(&t->hold, __ATOMIC_SEQ_CST)) {
 			if (!masked) {
-				uint64_t all = ~((uint64_t)3 << 31); /* not signals 32 and 33 */
+				/* Not signals 32 and 33 (glibc's), nor our stop signal: a stop
+				 * sent just before we came here must be acknowledged (its handler
+				 * holds in turn), or the control side waits out ack_timeout. */
+				uint64_t all = ~((uint64_t)3 << 31);
+				int stop = emu_sig_number();
+				if (stop)
+					all &= ~((uint64_t)1 << (stop - 1));
 				syscall(SYS_rt_sigprocmask, SIG_BLOCK, &all, &prev, 8);
 				masked = true;
 			}

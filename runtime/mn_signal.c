@@ -28,6 +28,7 @@
 #include "mn.h"
 
 #include <errno.h>
+#include <link.h>
 #include <limits.h>
 #include <signal.h>
 #include <string.h>
@@ -51,20 +52,9 @@ static uint64_t caught[NSIGS + 1]; /* handlers run to their end, per signal (ato
 static uint32_t caught_seq;	   /* futex word: bumped after each */
 static uint32_t waiters;	   /* ULTs waiting in pause/sigsuspend */
 
-static void trampoline(int sig, siginfo_t *si, void *uc)
+/* Seq_cst: pairs with a waiter's load of the count after it reads the sequence word. */
+static void caught_one(int sig)
 {
-	/* Relaxed copy: an action changed meanwhile applies from the next delivery, as the
-	 * kernel's own would. */
-	struct sigaction a = acts[sig];
-	if (a.sa_flags & SA_RESETHAND) /* the kernel has reset its side to SIG_DFL */
-		trap[sig] = false;
-	if (a.sa_flags & SA_SIGINFO)
-		a.sa_sigaction(sig, si, uc);
-	else if (a.sa_handler != SIG_DFL && a.sa_handler != SIG_IGN)
-		a.sa_handler(sig);
-	/* After the handler: a waiter that returns sees what the handler did (the flag that
-	 * `while (!flag) pause();` tests). Seq_cst: pairs with a waiter's load of the count
-	 * after it reads the sequence word. */
 	int e = errno;
 	__atomic_fetch_add(&caught[sig], 1, __ATOMIC_SEQ_CST);
 	__atomic_fetch_add(&caught_seq, 1, __ATOMIC_SEQ_CST);
@@ -73,25 +63,83 @@ static void trampoline(int sig, siginfo_t *si, void *uc)
 	errno = e;
 }
 
+static bool is_handler(const struct sigaction *a);
+
+static void trampoline(int sig, siginfo_t *si, void *uc)
+{
+	/* Relaxed copy: an action changed meanwhile applies from the next delivery, as the
+	 * kernel's own would. */
+	struct sigaction a = acts[sig];
+	if (a.sa_flags & SA_RESETHAND) /* the kernel has reset its side to SIG_DFL */
+		trap[sig] = false;
+	/* Counted before the handler (one that jumps out would never get to the count after)
+	 * and after it (a waiter woken by the first may have found the handler's flag unset
+	 * and waits again: the second wakes it with the flag set). */
+	caught_one(sig);
+	if (!is_handler(&a))
+		return;
+	if (a.sa_flags & SA_SIGINFO)
+		a.sa_sigaction(sig, si, uc);
+	else
+		a.sa_handler(sig);
+	caught_one(sig);
+}
+
 /* The object a call comes from is the runtime's (this preload) or the hint library's: their
  * handlers (preemption, stack overflow, the emulator's stop signal) are not the program's. */
-static const void *object_of(const void *p)
+/* The address ranges of this object (the preload) and the hint library, found once when M:N
+ * mode starts (dl_iterate_phdr; no dladdr per call: it takes the dynamic linker's lock, which a
+ * handler that calls signal() may interrupt on its own thread). */
+static struct range {
+	uintptr_t lo, hi;
+} ranges[2];
+
+static int find_object(struct dl_phdr_info *info, size_t size, void *arg)
 {
-	Dl_info d;
-	return dladdr(p, &d) ? d.dli_fbase : NULL;
+	(void)size;
+	struct range *r = arg;
+	uintptr_t want = r->lo, lo = UINTPTR_MAX, hi = 0;
+	for (unsigned i = 0; i < info->dlpi_phnum; i++) {
+		const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+		if (ph->p_type != PT_LOAD)
+			continue;
+		uintptr_t a = info->dlpi_addr + ph->p_vaddr;
+		if (a < lo)
+			lo = a;
+		if (a + ph->p_memsz > hi)
+			hi = a + ph->p_memsz;
+	}
+	if (want < lo || want >= hi)
+		return 0;
+	r->lo = lo;
+	r->hi = hi;
+	return 1;
+}
+
+static void find_ranges(void)
+{
+	const void *in[2] = {(const void *)trampoline, (const void *)pvhint_header};
+	for (int i = 0; i < 2; i++) {
+		struct range r = {(uintptr_t)in[i], 0};
+		if (dl_iterate_phdr(find_object, &r))
+			ranges[i] = r;
+	}
 }
 
 static bool internal_caller(const void *ret)
 {
-	const void *o = object_of(ret);
-	return o && (o == object_of((const void *)trampoline) ||
-		     o == object_of((const void *)pvhint_header));
+	uintptr_t a = (uintptr_t)ret;
+	for (int i = 0; i < 2; i++)
+		if (a >= ranges[i].lo && a < ranges[i].hi)
+			return true;
+	return false;
 }
 
+/* The kernel takes SIG_DFL (0) and SIG_IGN (1) for what they are whatever SA_SIGINFO says
+ * (sa_handler and sa_sigaction share their storage). */
 static bool is_handler(const struct sigaction *a)
 {
-	return (a->sa_flags & SA_SIGINFO) ? a->sa_sigaction != NULL
-					  : a->sa_handler != SIG_DFL && a->sa_handler != SIG_IGN;
+	return a->sa_handler != SIG_DFL && a->sa_handler != SIG_IGN;
 }
 
 /* Every signal blocked (glibc's two cannot be) around the table's lock: a handler that calls
@@ -187,6 +235,7 @@ EXPORT __sighandler_t bsd_signal(int sig, __sighandler_t h)
 /* M:N mode starts: handlers installed before (library constructors) go behind the trampoline. */
 void rt_mn_signal_start(void)
 {
+	find_ranges();
 	for (int sig = 1; sig <= NSIGS; sig++) {
 		struct sigaction a;
 		if (sig == SIGKILL || sig == SIGSTOP || sig == rt_state.preempt_sig ||

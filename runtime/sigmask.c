@@ -115,7 +115,10 @@ static void settle(void)
 	 * needs). */
 	if (!__atomic_load_n(&rt_state.running, __ATOMIC_ACQUIRE))
 		return;
+	/* Not a worker this thread lost while its ULT was in a system call: a spare runs it. */
 	struct rt_worker *self = rt_tls_worker;
+	if (self && rt_tls_cur_tid() != __atomic_load_n(&self->tid, __ATOMIC_RELAXED))
+		self = NULL;
 	uint64_t t0 = os_now_ns();
 	for (;;) {
 		uint64_t c = __atomic_load_n(&rt_sigmask_common, __ATOMIC_SEQ_CST);

@@ -229,6 +229,21 @@ static void sigwait_thread(void)
 	CHECK_EQ(pthread_sigmask(SIG_SETMASK, &old, NULL), 0);
 }
 
+/* SIG_IGN with SA_SIGINFO (an action saved from the kernel and restored keeps the flag) is still
+ * "ignore": not a handler to run behind the runtime's trampoline (it called address 1). */
+static void ignored_siginfo(void)
+{
+	struct sigaction sa, old;
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = SIG_IGN;
+	sa.sa_flags = SA_SIGINFO;
+	CHECK_EQ(sigaction(SIGUSR2, &sa, NULL), 0);
+	CHECK_EQ(raise(SIGUSR2), 0);
+	CHECK_EQ(sigaction(SIGUSR2, NULL, &old), 0);
+	CHECK(old.sa_handler == SIG_IGN);
+	signal(SIGUSR2, SIG_DFL);
+}
+
 /* siglongjmp back to a point whose saved mask differs from the mask at the jump: glibc loads
  * it with its own system call, and the ULT's record must follow (a switch loads the record). */
 static void jump_restores_mask(void)
@@ -275,6 +290,7 @@ int main(void)
 	mask_in_handler();
 	jump_restores_mask();
 	sigwait_thread();
+	ignored_siginfo();
 	mn_check_ults(16);
 	printf("mn_signal: ok (%d alarms handled)\n", (int)alarms);
 	return 0;

@@ -34,9 +34,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#define SLOTS	    8
-#define SIGBIT(sig) ((uint64_t)1 << ((sig)-1))
-#define EMPTY	    (~(uint64_t)0) /* no record holds it: SIGKILL and SIGSTOP are never recorded */
+#define SLOTS 8
+#define EMPTY (~(uint64_t)0) /* no record holds it: SIGKILL and SIGSTOP are never recorded */
 
 /* A slot: its mask, and one word with the number of ULTs that have it (low half; BUSY while
  * the slot is being given a new mask) and a version (high half) that each new mask bumps. */
